@@ -1,0 +1,1 @@
+"""DAS: disclosure avoidance for detailed census tables (engine; never imports Prefect)."""

@@ -1,0 +1,5 @@
+import sys
+
+from das.cli import main
+
+sys.exit(main())

@@ -1,0 +1,38 @@
+"""The `das` command line: one sub-module per command group, each exposing `register(subparsers)`."""
+
+from __future__ import annotations
+
+import argparse
+import importlib
+import sys
+from collections.abc import Sequence
+
+# Each module registers its sub-commands; a module is imported only to build the parser.
+COMMAND_MODULES = ("budget", "synth", "validate", "run")
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(
+        prog="das", description="Disclosure avoidance for detailed census tables."
+    )
+    subparsers = parser.add_subparsers(dest="command", required=True)
+    for name in COMMAND_MODULES:
+        try:
+            module = importlib.import_module(f"das.cli.{name}")
+        except ModuleNotFoundError as exc:
+            if exc.name != f"das.cli.{name}":
+                raise
+            continue
+        module.register(subparsers)
+    return parser
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    """Entry point of the `das` console script; returns the process exit code."""
+    parser = build_parser()
+    args = parser.parse_args(argv)
+    return int(args.handler(args) or 0)
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,1 @@
+"""Exact noise, distribution math, privacy accounting and budget calculators."""
