@@ -1,0 +1,26 @@
+"""Keep Prefect, Great Expectations and Dask offline: no telemetry, no phoning home.
+
+Called before Prefect or GX is imported (by the CLI, the flows and the tests). Only sets
+variables the operator has not set, so a deployment can still point at its own Prefect server.
+"""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+OFFLINE_ENVIRONMENT = {
+    "DO_NOT_TRACK": "1",
+    "PREFECT_SERVER_ANALYTICS_ENABLED": "false",
+    "PREFECT_CLOUD_ENABLE_ORCHESTRATION_TELEMETRY": "false",
+    "PREFECT_SERVER_UI_SHOW_PROMOTIONAL_CONTENT": "false",
+    "GX_ANALYTICS_ENABLED": "false",
+}
+
+
+def configure_offline(prefect_home: str | Path | None = None) -> None:
+    """Disable analytics of Prefect and GX; give Prefect a per-project home unless one is set."""
+    for key, value in OFFLINE_ENVIRONMENT.items():
+        os.environ.setdefault(key, value)
+    if prefect_home is not None:
+        os.environ.setdefault("PREFECT_HOME", str(prefect_home))

@@ -1,0 +1,24 @@
+"""Shared test setup: offline Prefect/GX, and the path to the public Census spec files."""
+
+from __future__ import annotations
+
+import tempfile
+from pathlib import Path
+
+import pytest
+
+from das.offline import configure_offline
+
+configure_offline(prefect_home=Path(tempfile.mkdtemp(prefix="das-test-prefect-")))
+
+REPO = Path(__file__).resolve().parents[1]
+SHARED = REPO.parent / "shared"
+CENSUS_SPECS = SHARED / "census_specs"
+
+
+@pytest.fixture
+def census_specs() -> Path:
+    """The real public 2020 spec files and Census toy inputs; skip when ../shared is absent."""
+    if not CENSUS_SPECS.is_dir():
+        pytest.skip("../shared/census_specs is not available")
+    return CENSUS_SPECS
