@@ -8,7 +8,7 @@ import sys
 from collections.abc import Sequence
 
 # Each module registers its sub-commands; a module is imported only to build the parser.
-COMMAND_MODULES = ("budget", "synth", "validate", "run")
+COMMAND_MODULES = ("budget", "synth", "validate", "swap")
 
 
 def build_parser() -> argparse.ArgumentParser:

@@ -22,6 +22,9 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_valida
 from das.privacy.exact import to_fraction
 
 Budget = Fraction | float  # a Fraction, or math.inf meaning "no noise"
+# The Census readers: "cef" (production extract) and "csv" (its test files). Both name the same
+# file formats, which das.io reads whichever is given; the key is kept for compatibility.
+Reader = Literal["cef", "csv"]
 
 
 class ConfigError(ValueError):
@@ -129,7 +132,7 @@ class SafeTabPConfig(BaseModel):
     run_pr: bool
     state_filter_us: tuple[str, ...]
     privacy_defn: PrivacyDefinition
-    reader: Literal["cef"] = "cef"
+    reader: Reader = "cef"
 
     @model_validator(mode="before")
     @classmethod
@@ -297,7 +300,7 @@ class PHSafeConfig(BaseModel):
     tau: dict[str, int]
     state_filter: tuple[str, ...]
     privacy_defn: PrivacyDefinition
-    reader: Literal["cef"] = "cef"
+    reader: Reader = "cef"
 
     @field_validator("privacy_budget", mode="before")
     @classmethod
