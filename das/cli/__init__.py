@@ -1,4 +1,4 @@
-"""The `das` command line: one sub-module per command group, each exposing `register(subparsers)`."""
+"""The `das` command line: one module per command group, each with `register(subparsers)`."""
 
 from __future__ import annotations
 
@@ -8,7 +8,7 @@ import sys
 from collections.abc import Sequence
 
 # Each module registers its sub-commands; a module is imported only to build the parser.
-COMMAND_MODULES = ("budget", "synth", "validate", "swap")
+COMMAND_MODULES = ("budget", "synth", "validate", "swap", "demo")
 
 
 def build_parser() -> argparse.ArgumentParser:

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import math
 import sys
 from pathlib import Path
 from typing import Any
@@ -57,7 +58,9 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     suppression.add_argument("--rho", required=True, help="total ρ of the level")
     suppression.add_argument("--stage1-fraction", required=True)
     suppression.add_argument("--p", type=float, required=True, help="chance a true 0 is hidden")
-    suppression.add_argument("--sensitivity", required=True, help="L2 sensitivity (3 for SafeTab-P)")
+    suppression.add_argument(
+        "--sensitivity", required=True, help="L2 sensitivity (3 for SafeTab-P)"
+    )
     suppression.add_argument("--json", action="store_true")
     suppression.set_defaults(handler=_suppression)
 
@@ -68,9 +71,20 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     swap.set_defaults(handler=_swap_epsilon)
 
 
+def _json_safe(value: Any) -> Any:
+    """JSON has no Infinity: an infinite number becomes null (and `finite: false` beside it)."""
+    if isinstance(value, float) and math.isinf(value):
+        return None
+    if isinstance(value, dict):
+        return {key: _json_safe(item) for key, item in value.items()}
+    if isinstance(value, list):
+        return [_json_safe(item) for item in value]
+    return value
+
+
 def _emit(args: argparse.Namespace, result: dict[str, Any], text: str) -> int:
     if args.json:
-        print(json.dumps(result))
+        print(json.dumps(_json_safe(result), allow_nan=False))
     else:
         print(text)
     return 0
@@ -132,7 +146,10 @@ def _suppression(args: argparse.Namespace) -> int:
 
 
 def _swap_epsilon(args: argparse.Namespace) -> int:
-    epsilon = calculators.swap_epsilon(args.b, to_fraction(args.rate))
-    result = {"epsilon": float(epsilon)}
-    text = f"b = {args.b}, p = {args.rate}: epsilon = {float(epsilon):.4f}"
+    epsilon = float(calculators.swap_epsilon(args.b, to_fraction(args.rate)))
+    finite = not math.isinf(epsilon)
+    result = {"epsilon": epsilon, "finite": finite}
+    text = f"b = {args.b}, p = {args.rate}: epsilon = " + (
+        f"{epsilon:.4f}" if finite else "infinite (p in {0, 1} is not differentially private)"
+    )
     return _emit(args, result, text)

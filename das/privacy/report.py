@@ -130,7 +130,8 @@ def render_budget_report(report: dict[str, Any]) -> str:
         )
         if zcdp and summary["epsilon_analytic"] is not None:
             lines.append(
-                f"  (epsilon, delta={report['delta']:g}): analytic {summary['epsilon_analytic']:.3f},"
+                f"  (epsilon, delta={report['delta']:g}): "
+                f"analytic {summary['epsilon_analytic']:.3f},"
                 f" optimal {summary['epsilon_optimal']:.3f}"
             )
         elif not zcdp and summary.get("epsilon_rdp") is not None:
