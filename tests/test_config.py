@@ -54,7 +54,9 @@ def test_safetab_toy_configs_parse(census_specs: Path, variant: str) -> None:
     assert config.privacy_defn.value == variant.split("_")[-1]
 
 
-@pytest.mark.parametrize(("folder", "total", "pass_name"), [("us", "1.257281", "US"), ("pr", "1.226649", "PR")])
+@pytest.mark.parametrize(
+    ("folder", "total", "pass_name"), [("us", "1.257281", "US"), ("pr", "1.226649", "PR")]
+)
 def test_phsafe_2020_totals(census_specs: Path, folder: str, total: str, pass_name: str) -> None:
     path = census_specs / "phsafe/production_2020" / folder / "config.json"
     assert detect_product(path) == "phsafe"

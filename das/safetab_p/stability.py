@@ -45,9 +45,7 @@ def stability(specs: RaceEthnicitySpecs, max_race_codes: int) -> int:
         ethnicity = keep & specs.is_ethnicity[iteration]
         h_race = max(
             h_race,
-            _most_iterations_per_code(
-                [level[race], specs.alone[iteration[race]]], code[race]
-            ),
+            _most_iterations_per_code([level[race], specs.alone[iteration[race]]], code[race]),
         )
         h_ethnicity = max(
             h_ethnicity, _most_iterations_per_code([level[ethnicity]], code[ethnicity])

@@ -97,7 +97,7 @@ class SafeTabGeography(StrEnum):
 
     @property
     def is_state_or_above(self) -> bool:
-        """USA, STATE and PR-STATE: detailed-only iterations get a total, coarse-only are dropped."""
+        """USA, STATE, PR-STATE: detailed-only iterations get a total; coarse-only are dropped."""
         return self in (SafeTabGeography.USA, SafeTabGeography.STATE, SafeTabGeography.PR_STATE)
 
 
@@ -238,7 +238,7 @@ class SafeTabPConfig(BaseModel):
 
 
 def load_safetab_p_config(path: str | Path) -> SafeTabPConfig:
-    """Read and validate a SafeTab-P ``config.json``; raise :class:`ConfigError` listing problems."""
+    """Read and validate a SafeTab-P ``config.json``; :class:`ConfigError` lists problems."""
     data = _read_json(Path(path))
     try:
         return SafeTabPConfig.model_validate(data)
