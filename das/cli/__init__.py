@@ -7,6 +7,8 @@ import importlib
 import sys
 from collections.abc import Sequence
 
+from das.offline import configure_offline
+
 # Each module registers its sub-commands; a module is imported only to build the parser.
 COMMAND_MODULES = ("budget", "synth", "validate", "swap", "demo")
 
@@ -29,6 +31,7 @@ def build_parser() -> argparse.ArgumentParser:
 
 def main(argv: Sequence[str] | None = None) -> int:
     """Entry point of the `das` console script; returns the process exit code."""
+    configure_offline()
     parser = build_parser()
     args = parser.parse_args(argv)
     return int(args.handler(args) or 0)
