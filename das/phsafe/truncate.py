@@ -1,0 +1,113 @@
+"""Truncate-and-join (PHSafe paper Algorithm 3, §5.1, §6.2.1).
+
+Persons (already filtered to the table's universe) keep at most τ records per MAFID, chosen in
+an order that depends only on each record's content; units whose MAFID is not unique are
+dropped; the two are then inner-joined on MAFID. With person multiplicity ≤ τ and unit
+multiplicity ≤ 1, one added/removed person changes the joined rows by at most 2τ + 2.
+
+Order key: BLAKE2b (8-byte digest, personalised) of the record's packed content bytes, i.e. its
+values in every column other than MAFID (ranking happens within one MAFID, where MAFID is
+common). Digests are computed once per *distinct* content — a handful of thousands of age ×
+race × ethnicity × relationship combinations, however many records — and broadcast back with
+``np.unique(..., return_inverse=True)``, so no Python loop runs per record. Ties (equal
+digests) are broken by the content itself, so the kept set is exact and independent of the
+input row order; identical records are interchangeable.
+"""
+
+from __future__ import annotations
+
+import hashlib
+from collections.abc import Sequence
+
+import numpy as np
+import pandas as pd
+
+KEY = "MAFID"
+_PERSONAL = b"das-phsafe-trunc"
+
+
+def content_columns(frame: pd.DataFrame) -> list[str]:
+    """The columns that make up a record's content for ordering: all but MAFID, sorted."""
+    return sorted(str(name) for name in frame.columns if name != KEY)
+
+
+def _content_ids(frame: pd.DataFrame, columns: Sequence[str]) -> tuple[np.ndarray, np.ndarray]:
+    """(packed int64 rows, an integer id per row equal exactly when the contents are equal).
+
+    Ids sort like the rows, lexicographically by column: a mixed-radix number over the columns
+    when it fits in 63 bits (the usual case: small codes), else the rank among distinct rows.
+    """
+    packed = np.ascontiguousarray(
+        np.column_stack([frame[name].to_numpy().astype("<i8") for name in columns])
+    )
+    low, high = packed.min(axis=0), packed.max(axis=0)
+    radix = (high - low + 1).astype(object)
+    if all(r > 0 for r in radix) and np.prod(radix) < 2**63:
+        ids = np.zeros(len(packed), dtype=np.int64)
+        for column in range(packed.shape[1]):
+            ids = ids * int(radix[column]) + (packed[:, column] - low[column])
+        return packed, ids
+    order = np.lexsort(packed.T[::-1])  # lexicographic by column, like the radix ids
+    ordered = packed[order]
+    new_row = np.r_[True, np.any(ordered[1:] != ordered[:-1], axis=1)]
+    ids = np.empty(len(packed), dtype=np.int64)
+    ids[order] = np.cumsum(new_row) - 1
+    return packed, ids
+
+
+def content_digests(frame: pd.DataFrame, columns: Sequence[str] | None = None) -> np.ndarray:
+    """uint64 BLAKE2b digest of each row's packed content (little-endian int64 per column)."""
+    columns = content_columns(frame) if columns is None else list(columns)
+    if len(frame) == 0:
+        return np.zeros(0, dtype=np.uint64)
+    packed, ids = _content_ids(frame, columns)
+    return _digests(packed, ids)
+
+
+def _digests(packed: np.ndarray, ids: np.ndarray) -> np.ndarray:
+    _, first, inverse = np.unique(ids, return_index=True, return_inverse=True)
+    digests = np.fromiter(
+        (
+            int.from_bytes(
+                hashlib.blake2b(packed[row].tobytes(), digest_size=8, person=_PERSONAL).digest(),
+                "little",
+            )
+            for row in first
+        ),
+        dtype=np.uint64,
+        count=len(first),
+    )
+    return digests[inverse.ravel()]
+
+
+def truncate_per_key(frame: pd.DataFrame, tau: int) -> pd.DataFrame:
+    """Keep at most ``tau`` rows per MAFID: the ones first in (digest, content) order."""
+    if tau < 1:
+        raise ValueError(f"Invalid truncation threshold {tau} (need >= 1)")
+    if len(frame) == 0:
+        return frame
+    packed, ids = _content_ids(frame, content_columns(frame))
+    digests = _digests(packed, ids)
+    # np.lexsort sorts by the last key first: MAFID, then digest, then content (ties).
+    order = np.lexsort([ids, digests, frame[KEY].to_numpy()])
+    keys = frame[KEY].to_numpy()[order]
+    starts = np.r_[True, keys[1:] != keys[:-1]]
+    group_start = np.maximum.accumulate(np.where(starts, np.arange(len(keys)), 0))
+    rank = np.arange(len(keys)) - group_start
+    kept = np.sort(order[rank < tau])
+    return frame.iloc[kept]
+
+
+def drop_non_unique(frame: pd.DataFrame) -> pd.DataFrame:
+    """Drop every row whose MAFID occurs more than once (Tumult's DropNonUnique)."""
+    return frame.loc[~frame[KEY].duplicated(keep=False).to_numpy()]
+
+
+def truncate_and_join(persons: pd.DataFrame, units: pd.DataFrame, tau: int) -> pd.DataFrame:
+    """Persons truncated to τ per MAFID, inner-joined to the units with a unique MAFID.
+
+    Unit columns that share a name with a person column get the suffix ``_unit``.
+    """
+    kept_persons = truncate_per_key(persons, tau)
+    unique_units = drop_non_unique(units)
+    return kept_persons.merge(unique_units, on=KEY, how="inner", suffixes=("", "_unit"))
