@@ -1,0 +1,62 @@
+"""The Prefect `swap` flow, in process against a temporary Prefect server (one per session)."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+
+from das.offline import configure_offline
+
+configure_offline()
+
+from prefect.client.orchestration import get_client  # noqa: E402
+from prefect.client.schemas.filters import ArtifactFilter, ArtifactFilterKey  # noqa: E402
+from prefect.testing.utilities import prefect_test_harness  # noqa: E402
+from test_swapping_cli import MATCH, SWAP, write_unit_folder  # noqa: E402
+
+from flows.swap import swap_flow  # noqa: E402
+from tasks.swap import REPORT_ARTIFACT_KEY  # noqa: E402
+
+
+@pytest.fixture(scope="session")
+def prefect_server():
+    with prefect_test_harness(server_startup_timeout=120):
+        yield
+
+
+def _artifacts(key: str) -> list:
+    with get_client(sync_client=True) as client:
+        return client.read_artifacts(
+            artifact_filter=ArtifactFilter(key=ArtifactFilterKey(any_=[key]))
+        )
+
+
+def test_swap_flow_writes_outputs_and_a_report_artifact(prefect_server, tmp_path: Path) -> None:
+    data = write_unit_folder(tmp_path / "in", n=200, seed=4)
+    out = tmp_path / "out"
+    result = swap_flow(
+        data_dir=str(data),
+        output=str(out),
+        match=MATCH.split(","),
+        swap=SWAP.split(","),
+        rate="0.2",
+        seed=5,
+    )
+    assert result["invariants_exact"] is True and result["records"] == 200
+    report = json.loads((out / "report.json").read_text())
+    assert report["b"] == result["b"] and report["randomness"]["seed"] == 5
+    artifacts = _artifacts(REPORT_ARTIFACT_KEY)
+    assert artifacts, "no markdown artifact was created"
+    assert "## Invariants" in artifacts[0].data and f"b = {result['b']}" in artifacts[0].data
+
+
+def test_swap_flow_fails_before_writing_on_bad_input(prefect_server, tmp_path: Path) -> None:
+    data = write_unit_folder(tmp_path / "in", n=20)
+    with pytest.raises(KeyError, match="unknown variable"):
+        swap_flow(
+            data_dir=str(data), output=str(tmp_path / "out"), match=["NOPE"],
+            swap=SWAP.split(","), rate="0.2", seed=1,
+        )  # fmt: skip
+    assert not (tmp_path / "out").exists()
