@@ -1,0 +1,574 @@
+"""Validate a PHSafe run's inputs before any noise is drawn: :func:`validate_phsafe`.
+
+Inputs (DESIGN §4, §7): ``persons``, ``units``, ``geo`` (``.csv`` or ``.parquet``) in the data
+directory and a PHSafe ``config.json``. Work order: config → units (codes kept as integers, one
+row per unit) → geo → persons, streamed; per-unit aggregates of the persons (``bincount`` over
+the unit index found by ``searchsorted`` on the sorted MAFIDs) are compared with the units at
+the end. Besides each file's suite, the engine checks (codes: 2020 CEF, as in
+:mod:`das.synth.households`; RELSHIP 20 householder, 21/23 opposite-/same-sex spouse, 22/24
+unmarried partner, 25-27 own child, 25-33 relatives, 34-36 nonrelatives, 37/38 group
+quarters):
+
+============================  ===============================================================
+check                         rule (file, column)
+============================  ===============================================================
+config_parses                 config.json loads as a PHSafe config
+person_unit_exists            persons: MAFID is a unit in units
+person_rtype_matches_unit     persons: RTYPE 3 lives in an RTYPE 2 unit, RTYPE 5 in RTYPE 4
+relship_matches_rtype         persons: RTYPE 5 ⇔ RELSHIP 37/38 (group quarters)
+householder_unique            persons: at most one RELSHIP 20 per unit
+partner_unique                persons: at most one spouse or unmarried partner per unit
+final_pop_matches_persons     units: FINAL_POP = number of person records with the MAFID
+householder_present           units: an occupied unit (RTYPE 2 with persons) has a householder
+hhrace_matches_householder    units: HHRACE = the householder's CENRACE
+hhspan_matches_householder    units: HHSPAN = the householder's CENHISP
+niu_code_zero                 units: vacant and group-quarters units carry 0 (not in universe)
+                              in NPF, HHSPAN, HHRACE, TEN, HHT, HHT2, CPLT
+tenure_in_universe            units: an occupied unit has TEN 1-4
+cplt_matches_relship          units: CPLT 1/2/3/4 for a 21/23/22/24 partner, else 5
+hht_matches_relship           units: HHT 1 married; 2/3 other family (relatives, no spouse);
+                              4/6 living alone; 5/7 nonfamily of 2 or more
+hht2_matches_relship          units: HHT2 01/02 married with / without own children < 18;
+                              03/04 cohabiting with / without; 05/09 alone; 06/10 own
+                              children; 07/11 other relatives; 08/12 nonrelatives only
+householder_sex_consistent    units: HHT and HHT2 agree on the householder's sex
+npf_matches_relship           units: NPF = 1 + spouse + relatives for a family, else 0
+unit_has_geo / geo_has_unit   the MAFIDs of units and geo are the same set
+geo_rtype_matches_unit        geo: RTYPE equals the unit's
+state_in_filter               geo: a unit's state is in ``state_filter`` (same pass)
+state_not_tabulated           WARNING: units of the other pass (PR in a US run, or US in PR)
+============================  ===============================================================
+
+Household composition checks apply to occupied units with a unique MAFID, one householder and
+at most one spouse/partner (otherwise the failures above already say what is wrong). MAFID
+uniqueness in units and geo comes from the suites. The Census toy set
+(``census_specs/phsafe/toy``) is deliberately inconsistent; see the tests for the exact list.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from pathlib import Path
+
+import numpy as np
+import pyarrow as pa
+import pyarrow.compute as pc
+
+from das.io.phsafe import GEO, PERSONS, UNITS
+from das.io.tables import DEFAULT_CHUNK_BYTES, TableSpec, resolve_input
+from das.specs.config import ConfigError, PHSafeConfig, load_phsafe_config
+from das.validation.report import ValidationReport
+from das.validation.runner import DEFAULT_SAMPLE_ROWS, Context, run_validation
+from das.validation.scan import (
+    ChunkHook,
+    FileScan,
+    column_array,
+    first_values,
+    joined_values,
+    missing_file,
+    rows_of,
+    scan_file,
+)
+from das.validation.suites import load_suite
+
+PUERTO_RICO = "72"
+UNIT_CODES = ("NPF", "HHSPAN", "HHRACE", "TEN", "HHT", "HHT2", "CPLT")
+HOUSEHOLDER = 20
+PERSON_CHECKS = (
+    "person_unit_exists",
+    "person_rtype_matches_unit",
+    "relship_matches_rtype",
+    "householder_unique",
+    "partner_unique",
+)
+UNIT_CHECKS = (
+    "final_pop_matches_persons",
+    "householder_present",
+    "hhrace_matches_householder",
+    "hhspan_matches_householder",
+    "niu_code_zero",
+    "tenure_in_universe",
+    "cplt_matches_relship",
+    "hht_matches_relship",
+    "hht2_matches_relship",
+    "householder_sex_consistent",
+    "npf_matches_relship",
+)
+GEO_CHECKS = ("unit_has_geo", "geo_has_unit", "geo_rtype_matches_unit")
+STATE_CHECKS = ("state_in_filter", "state_not_tabulated")
+
+
+def _lookup(sorted_keys: np.ndarray, order: np.ndarray, keys: np.ndarray) -> np.ndarray:
+    """Index (into the unsorted array) of each key's first occurrence; -1 if absent or < 0."""
+    if sorted_keys.size == 0:
+        return np.full(keys.size, -1, dtype=np.int64)
+    position = np.minimum(np.searchsorted(sorted_keys, keys), sorted_keys.size - 1)
+    hit = (sorted_keys[position] == keys) & (keys >= 0)
+    return np.where(hit, order[position], -1)
+
+
+class _Units:
+    """The units file as integer columns, with MAFID lookup and per-unit person aggregates."""
+
+    def __init__(self, scan: FileScan) -> None:
+        kept = scan.kept
+        self.label = scan.label
+        self.mafid = kept["MAFID"]
+        self.rtype = kept["RTYPE"]
+        self.final_pop = kept["FINAL_POP"]
+        self.codes = {name: kept[name] for name in UNIT_CODES}
+        self.n = self.mafid.size
+        self.order = np.argsort(self.mafid, kind="stable")
+        self.sorted = self.mafid[self.order]
+        repeated = np.zeros(self.n, dtype=bool)
+        same = self.sorted[1:] == self.sorted[:-1]
+        repeated[1:] |= same
+        repeated[:-1] |= same
+        self.duplicated = np.zeros(self.n, dtype=bool)
+        self.duplicated[self.order] = repeated
+        self.unique = (self.mafid >= 0) & ~self.duplicated
+        zeros = np.zeros(self.n, dtype=np.int64)
+        self.persons = zeros.copy()
+        self.householders = zeros.copy()
+        self.spouse_opposite = zeros.copy()  # RELSHIP 21
+        self.spouse_same = zeros.copy()  # 23
+        self.partner_opposite = zeros.copy()  # 22
+        self.partner_same = zeros.copy()  # 24
+        self.relatives = zeros.copy()  # 25-33
+        self.own_children = zeros.copy()  # 25-27 under 18
+        self.householder_race = np.full(self.n, -1, dtype=np.int64)
+        self.householder_hisp = np.full(self.n, -1, dtype=np.int64)
+        self.householder_rows: list[tuple[np.ndarray, np.ndarray]] = []
+        self.partner_rows: list[tuple[np.ndarray, np.ndarray]] = []
+
+    def lookup(self, mafid: np.ndarray) -> np.ndarray:
+        return _lookup(self.sorted, self.order, mafid)
+
+    def rows(self, mask: np.ndarray) -> np.ndarray:
+        """Units-file row numbers (1-based) of a per-unit mask."""
+        return np.flatnonzero(mask) + 1
+
+
+class _PersonChecks:
+    """Per-chunk checks of persons against the units, and the per-unit aggregates."""
+
+    def __init__(self, context: Context, label: str, units: _Units) -> None:
+        self.context = context
+        self.label = label
+        self.units = units
+
+    def __call__(self, frame, columns: dict[str, np.ndarray]) -> None:
+        add = self.context.collector.add
+        units = self.units
+        mafid = columns["MAFID"]
+        rtype = columns["RTYPE"]
+        relship = columns["RELSHIP"]
+        age = columns["QAGE"]
+        unit = units.lookup(mafid)
+        bad = (mafid >= 0) & (unit < 0)
+        add(
+            self.label,
+            "MAFID",
+            "person_unit_exists",
+            "the person's MAFID is not a unit in units",
+            rows=rows_of(frame, bad),
+            values=first_values(frame, "MAFID", bad),
+        )
+        linked = unit >= 0
+        unit_rtype = np.where(linked, units.rtype[np.maximum(unit, 0)], -1)
+        known = linked & np.isin(rtype, (3, 5)) & np.isin(unit_rtype, (2, 4))
+        bad = known & ((rtype == 3) != (unit_rtype == 2))
+        add(
+            self.label,
+            "RTYPE",
+            "person_rtype_matches_unit",
+            "RTYPE 3 (housing unit) persons belong to RTYPE 2 units, RTYPE 5 (group quarters) "
+            "persons to RTYPE 4 units",
+            rows=rows_of(frame, bad),
+            values=joined_values(frame, ("RTYPE", "MAFID"), bad, ","),
+        )
+        in_gq_code = (relship == 37) | (relship == 38)
+        known = np.isin(rtype, (3, 5)) & (relship >= 20) & (relship <= 38)
+        bad = known & ((rtype == 5) != in_gq_code)
+        add(
+            self.label,
+            "RELSHIP",
+            "relship_matches_rtype",
+            "RELSHIP 37/38 exactly for group-quarters persons (RTYPE 5), 20-36 for RTYPE 3",
+            rows=rows_of(frame, bad),
+            values=joined_values(frame, ("RTYPE", "RELSHIP"), bad, ","),
+        )
+
+        index = unit[linked]
+        rel = relship[linked]
+        rows = frame.index.to_numpy()[linked]
+        n = units.n
+
+        def count(mask: np.ndarray) -> np.ndarray:
+            return np.bincount(index[mask], minlength=n)
+
+        units.persons += np.bincount(index, minlength=n)
+        householder = rel == HOUSEHOLDER
+        units.householders += count(householder)
+        units.spouse_opposite += count(rel == 21)
+        units.spouse_same += count(rel == 23)
+        units.partner_opposite += count(rel == 22)
+        units.partner_same += count(rel == 24)
+        units.relatives += count((rel >= 25) & (rel <= 33))
+        child_age = age[linked]
+        units.own_children += count((rel >= 25) & (rel <= 27) & (child_age >= 0) & (child_age < 18))
+        units.householder_race[index[householder]] = columns["CENRACE"][linked][householder]
+        units.householder_hisp[index[householder]] = columns["CENHISP"][linked][householder]
+        units.householder_rows.append((index[householder], rows[householder]))
+        partner = (rel >= 21) & (rel <= 24)
+        units.partner_rows.append((index[partner], rows[partner]))
+
+
+def _load_config(context: Context, config_path: Path) -> PHSafeConfig | None:
+    context.ran("config_parses")
+    try:
+        return load_phsafe_config(config_path)
+    except ConfigError as exc:
+        lines = str(exc).splitlines()
+        context.collector.add(
+            config_path.name,
+            None,
+            "config_parses",
+            str(exc),
+            count=max(1, len(lines) - 1),
+            values=lines[1:],
+        )
+        return None
+
+
+def _locate(context: Context, data_dir: Path, spec: TableSpec) -> tuple[Path | None, str]:
+    try:
+        path = resolve_input(data_dir, spec)
+    except (FileNotFoundError, ValueError) as exc:
+        label = f"{spec.stem}{spec.text_suffix}"
+        missing_file(context.collector, label, str(exc))
+        return None, label
+    return path, path.name
+
+
+def _scan(
+    context: Context,
+    data_dir: Path,
+    spec: TableSpec,
+    hook: Callable[[str], ChunkHook] | None = None,
+    **options,
+) -> FileScan:
+    """Locate and scan one input; ``hook(label)`` builds its per-chunk checks."""
+    suite = load_suite(spec.stem)
+    path, label = _locate(context, data_dir, spec)
+    scan = scan_file(
+        path,
+        spec,
+        suite,
+        context.collector,
+        label=label,
+        on_chunk=hook(label) if hook is not None else None,
+        sample_rows=context.sample_rows,
+        chunk_bytes=context.chunk_bytes,
+        **options,
+    )
+    return context.add_scan(suite, scan)
+
+
+class _StateChecks:
+    """geo: each unit's state against the config's state_filter (per chunk)."""
+
+    def __init__(self, context: Context, label: str, config: PHSafeConfig) -> None:
+        self.context = context
+        self.label = label
+        self.config = config
+        self.filter = pa.array(list(config.state_filter), pa.large_string())
+        self.pr_pass = config.pass_name == "PR"
+
+    def __call__(self, frame, columns: dict[str, np.ndarray]) -> None:
+        state = column_array(frame, "TABBLKST")
+        two_digits = np.asarray(
+            pc.fill_null(pc.match_substring_regex(state, r"^[0-9]{2}$"), False), dtype=bool
+        )
+        is_pr = np.asarray(pc.fill_null(pc.equal(state, PUERTO_RICO), False), dtype=bool)
+        in_filter = np.asarray(pc.fill_null(pc.is_in(state, value_set=self.filter), False))
+        same_pass = is_pr == self.pr_pass
+        bad = two_digits & same_pass & ~in_filter
+        add = self.context.collector.add
+        add(
+            self.label,
+            "TABBLKST",
+            "state_in_filter",
+            "the unit's state is not in the config's state_filter (it would drop out silently)",
+            rows=rows_of(frame, bad),
+            values=first_values(frame, "TABBLKST", bad),
+        )
+        other = two_digits & ~same_pass
+        add(
+            self.label,
+            "TABBLKST",
+            "state_not_tabulated",
+            "units of the other pass (Puerto Rico vs US) are not tabulated by this config",
+            rows=rows_of(frame, other),
+            values=first_values(frame, "TABBLKST", other),
+            severity="warning",
+        )
+
+
+def _unit_checks(context: Context, units: _Units) -> None:
+    """Compare each unit with the aggregates of its persons (vectorized over units)."""
+    add = context.collector.add
+    label = units.label
+    code = units.codes
+    unique = units.unique
+    n_persons = units.persons
+
+    def report(mask, column, check, message) -> None:
+        add(label, column, check, message, rows=units.rows(mask), value_columns=(column,))
+
+    report(
+        unique & (units.final_pop >= 0) & (units.final_pop != n_persons),
+        "FINAL_POP",
+        "final_pop_matches_persons",
+        "FINAL_POP must equal the number of person records with this MAFID",
+    )
+    occupied = unique & (units.rtype == 2) & (n_persons >= 1)
+    report(
+        occupied & (units.householders == 0),
+        "MAFID",
+        "householder_present",
+        "an occupied housing unit (RTYPE 2 with persons) needs a householder (RELSHIP 20)",
+    )
+    single = occupied & (units.householders == 1)
+    for column, value, check in (
+        ("HHRACE", units.householder_race, "hhrace_matches_householder"),
+        ("HHSPAN", units.householder_hisp, "hhspan_matches_householder"),
+    ):
+        bad = single & (code[column] >= 0) & (value >= 0) & (code[column] != value)
+        source = "CENRACE" if column == "HHRACE" else "CENHISP"
+        report(bad, column, check, f"{column} must equal the householder's {source}")
+    niu = unique & (
+        (units.rtype == 4) | ((units.rtype == 2) & (units.final_pop == 0) & (n_persons == 0))
+    )
+    for column in UNIT_CODES:
+        report(
+            niu & (code[column] > 0),
+            column,
+            "niu_code_zero",
+            "vacant and group-quarters units are not in the household universe: code 0",
+        )
+    ten = code["TEN"]
+    report(
+        occupied & (ten >= 0) & ((ten < 1) | (ten > 4)),
+        "TEN",
+        "tenure_in_universe",
+        "an occupied housing unit has tenure 1-4",
+    )
+
+    spouse = units.spouse_opposite + units.spouse_same
+    partner = units.partner_opposite + units.partner_same
+    composed = single & (spouse + partner <= 1)
+    has_spouse = spouse == 1
+    has_partner = partner == 1
+    relatives = units.relatives
+    own = units.own_children > 0
+    alone = n_persons == 1
+
+    expected_cplt = np.select(
+        [
+            units.spouse_opposite == 1,
+            units.spouse_same == 1,
+            units.partner_opposite == 1,
+            units.partner_same == 1,
+        ],
+        [1, 2, 3, 4],
+        default=5,
+    )
+    cplt = code["CPLT"]
+    report(
+        composed & (cplt >= 0) & (cplt != expected_cplt),
+        "CPLT",
+        "cplt_matches_relship",
+        "CPLT: 1/2 opposite-/same-sex spouse (RELSHIP 21/23), 3/4 partner (22/24), else 5",
+    )
+    hht_low = np.select([has_spouse, relatives > 0, alone], [1, 2, 4], default=5)
+    hht_high = np.select([has_spouse, relatives > 0, alone], [1, 3, 6], default=7)
+    hht = code["HHT"]
+    hht_ok = (hht == hht_low) | (hht == hht_high)
+    report(
+        composed & (hht >= 0) & ~hht_ok,
+        "HHT",
+        "hht_matches_relship",
+        "HHT: 1 with a spouse; else 2/3 with relatives; 4/6 alone; 5/7 otherwise",
+    )
+    conditions = [has_spouse, has_partner, alone, own, relatives > 0]
+    hht2_low = np.select(conditions, [np.where(own, 1, 2), np.where(own, 3, 4), 5, 6, 7], default=8)
+    hht2_high = np.select(
+        conditions, [np.where(own, 1, 2), np.where(own, 3, 4), 9, 10, 11], default=12
+    )
+    hht2 = code["HHT2"]
+    hht2_ok = (hht2 == hht2_low) | (hht2 == hht2_high)
+    report(
+        composed & (hht2 >= 0) & ~hht2_ok,
+        "HHT2",
+        "hht2_matches_relship",
+        "HHT2: 01/02 married, 03/04 cohabiting (with/without own children under 18); "
+        "no spouse or partner: 05/09 alone, 06/10 own children, 07/11 relatives, 08/12 others",
+    )
+    sexed = composed & hht_ok & hht2_ok & (hht >= 2) & (hht2 >= 5)
+    bad = sexed & (np.isin(hht, (2, 4, 5)) != (hht2 >= 9))
+    add(
+        label,
+        "HHT,HHT2",
+        "householder_sex_consistent",
+        "HHT (2/4/5 male, 3/6/7 female) and HHT2 (09-12 male, 05-08 female) disagree",
+        rows=units.rows(bad),
+        value_columns=("HHT", "HHT2"),
+    )
+    family = has_spouse | (relatives > 0)
+    expected_npf = np.where(family, 1 + spouse + relatives, 0)
+    npf = code["NPF"]
+    report(
+        composed & (npf >= 0) & (npf != expected_npf),
+        "NPF",
+        "npf_matches_relship",
+        "NPF: 1 + spouse + relatives (RELSHIP 21/23, 25-33) for a family, 0 otherwise",
+    )
+
+
+def _extra_person_rows(pairs: list[tuple[np.ndarray, np.ndarray]], n_units: int) -> np.ndarray:
+    """Rows of the persons in units where more than one person holds the role."""
+    if not pairs:
+        return np.zeros(0, dtype=np.int64)
+    index = np.concatenate([p[0] for p in pairs])
+    rows = np.concatenate([p[1] for p in pairs])
+    per_unit = np.bincount(index, minlength=n_units)
+    return np.sort(rows[per_unit[index] > 1])
+
+
+def _geo_checks(context: Context, geo: FileScan, units: _Units) -> None:
+    add = context.collector.add
+    geo_mafid = geo.kept["MAFID"]
+    geo_unit = units.lookup(geo_mafid)
+    bad = (geo_mafid >= 0) & (geo_unit < 0)
+    add(
+        geo.label,
+        "MAFID",
+        "geo_has_unit",
+        "a geo MAFID that is not in units",
+        rows=np.flatnonzero(bad) + 1,
+        value_columns=("MAFID",),
+    )
+    geo_sorted_order = np.argsort(geo_mafid, kind="stable")
+    geo_sorted = geo_mafid[geo_sorted_order]
+    in_geo = _lookup(geo_sorted, geo_sorted_order, units.mafid) >= 0
+    bad = (units.mafid >= 0) & ~in_geo
+    add(
+        units.label,
+        "MAFID",
+        "unit_has_geo",
+        "a unit MAFID that is not in geo",
+        rows=units.rows(bad),
+        value_columns=("MAFID",),
+    )
+    geo_rtype = geo.kept["RTYPE"]
+    linked = geo_unit >= 0
+    unit_rtype = np.where(linked, units.rtype[np.maximum(geo_unit, 0)], -1)
+    bad = linked & (geo_rtype >= 0) & (unit_rtype >= 0) & (geo_rtype != unit_rtype)
+    add(
+        geo.label,
+        "RTYPE",
+        "geo_rtype_matches_unit",
+        "geo RTYPE must equal the unit's RTYPE in units",
+        rows=np.flatnonzero(bad) + 1,
+        value_columns=("RTYPE",),
+    )
+
+
+def validate_phsafe(
+    config_path: str | Path,
+    data_dir: str | Path,
+    report_dir: str | Path | None = None,
+    *,
+    run_gx: bool = True,
+    sample_rows: int = DEFAULT_SAMPLE_ROWS,
+    chunk_bytes: int = DEFAULT_CHUNK_BYTES,
+) -> ValidationReport:
+    """Validate PHSafe inputs; always writes the report folder (default ``<data>/validation``).
+
+    ``run_gx=False`` skips Great Expectations and its Data Docs (the engine still checks every
+    suite rule on every row): for tests only.
+    """
+    config_path = Path(config_path)
+    data_dir = Path(data_dir)
+
+    def checks(context: Context) -> None:
+        config = _load_config(context, config_path)
+        units_scan = _scan(
+            context,
+            data_dir,
+            UNITS,
+            convert={name: None for name in ("RTYPE", "MAFID", "FINAL_POP", *UNIT_CODES)},
+            retain=True,
+        )
+        geo_scan = _scan(
+            context,
+            data_dir,
+            GEO,
+            None if config is None else lambda label: _StateChecks(context, label, config),
+            convert={"MAFID": None, "RTYPE": None},
+            retain=True,
+        )
+        if config is None:
+            for check in STATE_CHECKS:
+                context.skip(check, "config.json does not parse")
+        elif geo_scan.scanned:
+            context.ran(*STATE_CHECKS)
+        if not units_scan.scanned:
+            for check in (*PERSON_CHECKS, *UNIT_CHECKS, *GEO_CHECKS):
+                context.skip(check, "units could not be read")
+            _scan(context, data_dir, PERSONS)
+            return
+        units = _Units(units_scan)
+        if geo_scan.scanned:
+            context.ran(*GEO_CHECKS)
+            _geo_checks(context, geo_scan, units)
+        else:
+            for check in GEO_CHECKS:
+                context.skip(check, "geo could not be read")
+        persons_scan = _scan(
+            context,
+            data_dir,
+            PERSONS,
+            lambda label: _PersonChecks(context, label, units),
+            convert={name: None for name in PERSONS.column_names},
+        )
+        if not persons_scan.scanned:
+            for check in (*PERSON_CHECKS, *UNIT_CHECKS):
+                context.skip(check, "persons could not be read")
+            return
+        context.ran(*PERSON_CHECKS, *UNIT_CHECKS)
+        for pairs, check, message in (
+            (units.householder_rows, "householder_unique", "more than one householder in the unit"),
+            (units.partner_rows, "partner_unique", "more than one spouse or partner in the unit"),
+        ):
+            context.collector.add(
+                persons_scan.label,
+                "RELSHIP",
+                check,
+                message,
+                rows=_extra_person_rows(pairs, units.n),
+                value_columns=("MAFID", "RELSHIP"),
+            )
+        _unit_checks(context, units)
+
+    return run_validation(
+        "phsafe",
+        config_path,
+        data_dir,
+        report_dir,
+        checks,
+        run_gx=run_gx,
+        sample_rows=sample_rows,
+        chunk_bytes=chunk_bytes,
+    )
