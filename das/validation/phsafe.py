@@ -55,8 +55,8 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 from das.io.phsafe import GEO, PERSONS, UNITS
-from das.io.tables import DEFAULT_CHUNK_BYTES, TableSpec, resolve_input
-from das.specs.config import ConfigError, PHSafeConfig, load_phsafe_config
+from das.io.tables import DEFAULT_CHUNK_BYTES, TableSpec
+from das.specs.config import PHSafeConfig, load_phsafe_config
 from das.validation.report import ValidationReport
 from das.validation.runner import DEFAULT_SAMPLE_ROWS, Context, run_validation
 from das.validation.scan import (
@@ -65,7 +65,6 @@ from das.validation.scan import (
     column_array,
     first_values,
     joined_values,
-    missing_file,
     rows_of,
     scan_file,
 )
@@ -224,31 +223,6 @@ class _PersonChecks:
         units.partner_rows.append((index[partner], rows[partner]))
 
 
-def _load_config(context: Context, config_path: Path) -> PHSafeConfig | None:
-    context.ran("config_parses")
-    try:
-        return load_phsafe_config(config_path)
-    except ConfigError as exc:
-        lines = str(exc).splitlines()
-        context.collector.add(
-            config_path.name,
-            None,
-            "config_parses",
-            str(exc),
-            count=max(1, len(lines) - 1),
-            values=lines[1:],
-        )
-        return None
-
-
-def _locate(context: Context, data_dir: Path, spec: TableSpec) -> tuple[Path | None, str]:
-    try:
-        path = resolve_input(data_dir, spec)
-    except (FileNotFoundError, ValueError) as exc:
-        label = f"{spec.stem}{spec.text_suffix}"
-        missing_file(context.collector, label, str(exc))
-        return None, label
-    return path, path.name
 
 
 def _scan(
@@ -260,7 +234,7 @@ def _scan(
 ) -> FileScan:
     """Locate and scan one input; ``hook(label)`` builds its per-chunk checks."""
     suite = load_suite(spec.stem)
-    path, label = _locate(context, data_dir, spec)
+    path, label = context.locate(data_dir, spec)
     scan = scan_file(
         path,
         spec,
@@ -503,7 +477,7 @@ def validate_phsafe(
     data_dir = Path(data_dir)
 
     def checks(context: Context) -> None:
-        config = _load_config(context, config_path)
+        config = context.load_config(config_path, load_phsafe_config)
         units_scan = _scan(
             context,
             data_dir,

@@ -24,16 +24,18 @@ import traceback
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import TypeVar
 
 from das.io.atomic import atomic_write_text
-from das.io.tables import DEFAULT_CHUNK_BYTES
+from das.io.tables import DEFAULT_CHUNK_BYTES, TableSpec, resolve_input
+from das.specs.config import ConfigError
 from das.validation.report import (
     FailureCollector,
     SkippedCheck,
     ValidationReport,
     render_html,
 )
-from das.validation.scan import FILE_READABLE, FileScan, fill_values
+from das.validation.scan import FILE_READABLE, FileScan, fill_values, locate
 from das.validation.suites import TABLE_TYPES, Suite
 
 DEFAULT_SAMPLE_ROWS = 20_000
@@ -43,6 +45,7 @@ INTERNAL_ERROR = "internal_error"
 GX_RUN = "great_expectations_run"
 
 logger = logging.getLogger("das.validation")
+T = TypeVar("T")
 
 
 @dataclass
@@ -75,6 +78,28 @@ class Context:
             "" if scan.scanned else " (not fully read)",
         )
         return scan
+
+    def load_config(self, config_path: Path, loader: Callable[[Path], T]) -> T | None:
+        """Parse the run config; each problem becomes a `config_parses` failure (None then)."""
+        self.ran("config_parses")
+        try:
+            return loader(config_path)
+        except ConfigError as exc:
+            lines = str(exc).splitlines()
+            self.collector.add(
+                config_path.name,
+                None,
+                "config_parses",
+                str(exc),
+                count=max(1, len(lines) - 1),
+                values=lines[1:],
+            )
+            return None
+
+    def locate(self, data_dir: Path, spec: TableSpec) -> tuple[Path | None, str]:
+        """The input file of ``spec`` (text or Parquet) and its label for reports; a missing or
+        ambiguous file is recorded as a failure and gives ``(None, label)``."""
+        return locate(data_dir, spec, self.collector, resolve_input)
 
 
 def default_report_dir(data_dir: str | Path) -> Path:

@@ -36,15 +36,14 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 from das.io.safetab_p import GRF_C, PERSON_RECORDS, RACE_COLUMNS
-from das.io.tables import DEFAULT_CHUNK_BYTES, resolve_input
-from das.specs.config import ConfigError, SafeTabPConfig, load_safetab_p_config
+from das.io.tables import DEFAULT_CHUNK_BYTES
+from das.specs.config import SafeTabPConfig, load_safetab_p_config
 from das.validation.report import ValidationReport
 from das.validation.runner import DEFAULT_SAMPLE_ROWS, Context, run_validation
 from das.validation.scan import (
     column_array,
     first_values,
     joined_values,
-    missing_file,
     rows_of,
     scan_file,
 )
@@ -79,27 +78,11 @@ def block_keys(columns: dict[str, np.ndarray]) -> tuple[np.ndarray, np.ndarray]:
     return key, valid
 
 
-def _load_config(context: Context, config_path: Path) -> SafeTabPConfig | None:
-    context.ran("config_parses")
-    try:
-        return load_safetab_p_config(config_path)
-    except ConfigError as exc:
-        lines = str(exc).splitlines()
-        context.collector.add(
-            config_path.name,
-            None,
-            "config_parses",
-            str(exc),
-            count=max(1, len(lines) - 1),
-            values=lines[1:],
-        )
-        return None
-
 
 def _grf_c(context: Context, data_dir: Path) -> tuple[np.ndarray | None, set[int]]:
     """Scan the GRF-C; return its sorted unique block keys and its states (None if unread)."""
     suite = load_suite("GRF-C")
-    path = _locate(context, data_dir, GRF_C)
+    path, _ = context.locate(data_dir, GRF_C)
     scan = scan_file(
         path,
         GRF_C,
@@ -118,13 +101,6 @@ def _grf_c(context: Context, data_dir: Path) -> tuple[np.ndarray | None, set[int
     states = {int(s) for s in np.unique(scan.kept["TABBLKST"][valid])}
     return np.unique(key[valid]), states
 
-
-def _locate(context: Context, data_dir: Path, spec) -> Path | None:
-    try:
-        return resolve_input(data_dir, spec)
-    except (FileNotFoundError, ValueError) as exc:
-        missing_file(context.collector, f"{spec.stem}{spec.text_suffix}", str(exc))
-        return None
 
 
 class _PersonChecks:
@@ -257,7 +233,7 @@ def _persons(
     codes: np.ndarray | None,
 ) -> None:
     suite = load_suite("person-records")
-    path = _locate(context, data_dir, PERSON_RECORDS)
+    path, _ = context.locate(data_dir, PERSON_RECORDS)
     label = path.name if path else "person-records.txt"
     checks = list(PERSON_CHECKS)
     if grf_keys is None:
@@ -329,7 +305,7 @@ def validate_safetab_p(
     data_dir = Path(data_dir)
 
     def checks(context: Context) -> None:
-        config = _load_config(context, config_path)
+        config = context.load_config(config_path, load_safetab_p_config)
         specs = validate_spec_files(context, config_path.parent)
         grf_keys, grf_states = _grf_c(context, data_dir)
         _persons(context, data_dir, config, grf_keys, specs.codes)
