@@ -1,0 +1,1 @@
+"""Statistical postprocessing of noisy releases: nonnegative estimates and credible intervals."""
