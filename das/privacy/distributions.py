@@ -36,6 +36,7 @@ Discrete Gaussian numerics (stable for any σ; checked against brute-force sums)
 from __future__ import annotations
 
 import math
+from abc import ABC, abstractmethod
 from fractions import Fraction
 from functools import cached_property
 
@@ -85,7 +86,7 @@ def _check_probabilities(p: ArrayLike, what: str) -> NDArray[np.float64]:
     return arr
 
 
-class NoiseDistribution:
+class NoiseDistribution(ABC):
     """Common machinery of the two symmetric integer noise distributions.
 
     Subclasses give ``_log_pmf_points`` (log P(X=k) at integer points), ``_lower_tail``
@@ -96,18 +97,22 @@ class NoiseDistribution:
     is_point_mass: bool
 
     # --- implemented by subclasses -------------------------------------------------------
+    @abstractmethod
     def _log_pmf_points(self, k: NDArray[np.float64]) -> NDArray[np.float64]:
-        raise NotImplementedError
+        """log P(X = k) at integer points."""
 
+    @abstractmethod
     def _lower_tail(self, m: NDArray[np.float64]) -> NDArray[np.float64]:
-        raise NotImplementedError
+        """P(X >= m) for integers m >= 1."""
 
+    @abstractmethod
     def _tail_bound(self) -> int:
-        raise NotImplementedError
+        """An integer B with P(X >= B + 1) == 0.0 in double precision."""
 
     @property
+    @abstractmethod
     def variance(self) -> float:
-        raise NotImplementedError
+        """Exact variance of one draw."""
 
     # --- shared ---------------------------------------------------------------------------
     @property
