@@ -13,17 +13,13 @@ configure_offline()
 
 from prefect.client.orchestration import get_client  # noqa: E402
 from prefect.client.schemas.filters import ArtifactFilter, ArtifactFilterKey  # noqa: E402
-from prefect.testing.utilities import prefect_test_harness  # noqa: E402
+from prefect_fixtures import prefect_server  # noqa: E402, F401
 from test_swapping_cli import MATCH, SWAP, write_unit_folder  # noqa: E402
 
 from flows.swap import swap_flow  # noqa: E402
 from tasks.swap import REPORT_ARTIFACT_KEY  # noqa: E402
 
-
-@pytest.fixture(scope="session")
-def prefect_server():
-    with prefect_test_harness(server_startup_timeout=120):
-        yield
+pytestmark = pytest.mark.usefixtures("prefect_server")
 
 
 def _artifacts(key: str) -> list:
@@ -33,7 +29,7 @@ def _artifacts(key: str) -> list:
         )
 
 
-def test_swap_flow_writes_outputs_and_a_report_artifact(prefect_server, tmp_path: Path) -> None:
+def test_swap_flow_writes_outputs_and_a_report_artifact(tmp_path: Path) -> None:
     data = write_unit_folder(tmp_path / "in", n=200, seed=4)
     out = tmp_path / "out"
     result = swap_flow(
@@ -52,7 +48,7 @@ def test_swap_flow_writes_outputs_and_a_report_artifact(prefect_server, tmp_path
     assert "## Invariants" in artifacts[0].data and f"b = {result['b']}" in artifacts[0].data
 
 
-def test_swap_flow_fails_before_writing_on_bad_input(prefect_server, tmp_path: Path) -> None:
+def test_swap_flow_fails_before_writing_on_bad_input(tmp_path: Path) -> None:
     data = write_unit_folder(tmp_path / "in", n=20)
     with pytest.raises(KeyError, match="unknown variable"):
         swap_flow(

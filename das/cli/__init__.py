@@ -10,7 +10,7 @@ from collections.abc import Sequence
 from das.offline import configure_offline
 
 # Each module registers its sub-commands; a module is imported only to build the parser.
-COMMAND_MODULES = ("budget", "synth", "validate", "swap", "demo")
+COMMAND_MODULES = ("budget", "synth", "validate", "swap", "run", "demo")
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -19,13 +19,7 @@ def build_parser() -> argparse.ArgumentParser:
     )
     subparsers = parser.add_subparsers(dest="command", required=True)
     for name in COMMAND_MODULES:
-        try:
-            module = importlib.import_module(f"das.cli.{name}")
-        except ModuleNotFoundError as exc:
-            if exc.name != f"das.cli.{name}":
-                raise
-            continue
-        module.register(subparsers)
+        importlib.import_module(f"das.cli.{name}").register(subparsers)
     return parser
 
 

@@ -47,7 +47,9 @@ def _plan_by_level(measurements: list[Measurement]) -> dict[str, dict[str, Measu
     return grouped
 
 
-def _members(entities: GeographyEntities, codes: np.ndarray, sets: pd.DataFrame) -> pd.DataFrame:
+def coterminous_members(
+    entities: GeographyEntities, codes: np.ndarray, sets: pd.DataFrame
+) -> pd.DataFrame:
     """Key-set groups of this level whose entity belongs to a coterminous set."""
     region_type = entities.geography.value
     ids = sets.loc[sets["REGION_TYPE"] == region_type, "REGION_ID"].to_numpy(dtype=str)
@@ -118,7 +120,7 @@ def run_safetab_p(
             )
             pass_t1.append(t1)
             pass_t2.append(t2)
-            members.append(_members(entities[geography], codes, sets))
+            members.append(coterminous_members(entities[geography], codes, sets))
         t1, t2 = apply_coterminous(
             pd.concat(pass_t1, ignore_index=True),
             pd.concat(pass_t2, ignore_index=True),

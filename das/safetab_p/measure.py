@@ -149,7 +149,16 @@ def _expand(agg: AggregatedPersons, incidence: sp.csr_matrix) -> tuple[np.ndarra
 def _draw(
     measurement: Measurement, size: int, rng: Any, accountant: PrivacyAccountant
 ) -> np.ndarray:
-    """Charge, draw ``size`` noise values, record the digest of the draw (never the values)."""
+    """Charge, draw ``size`` noise values, record the digest of the draw (never the values).
+
+    ``rng`` may instead be a *noise provider* (an object with ``noise_for(measurement, size,
+    accountant)``, e.g. :class:`das.runs.noise_store.NoiseStore`): it then owns the whole
+    charge/draw/record step, which lets a rerun reuse noise already drawn instead of drawing
+    it again.
+    """
+    provider = getattr(rng, "noise_for", None)
+    if provider is not None:
+        return np.asarray(provider(measurement, size, accountant), dtype=np.int64)
     accountant.charge(measurement)
     noise = np.asarray(measurement.mechanism.sample(size, rng), dtype=np.int64)
     accountant.record(measurement, hashlib.sha256(noise.tobytes()).hexdigest())

@@ -1,0 +1,166 @@
+"""Persisted noise: each measurement is drawn once per run, and a rerun reuses the stored draw.
+
+DESIGN §5: "a rerun of a failed run reuses the measurements already drawn; it never draws the
+same query twice (that would spend budget twice)". A :class:`NoiseStore` owns the ledger of one
+ledger partition (a SafeTab-P population-group level) and is handed to the engine in place of
+the rng: the engine's draw step asks ``store.noise_for(measurement, size, accountant)``.
+
+Per measurement, in this order (so that a crash at any point is safe):
+
+1. already recorded as drawn in the persisted ledger → ``accountant.reuse`` (same parameters
+   or refuse), load ``noise/<name>.npy``, check its size and that sha256 of its int64 bytes is
+   the ledger's digest, return it. No draw, no new charge.
+2. otherwise charge it (refuses over the total) and persist the ledger *before* drawing, draw,
+   write the vector atomically, record the digest and persist the ledger again. A crash between
+   charge and record leaves an entry "charged, not drawn": nothing was released from it, so the
+   rerun draws it without a second charge (see :class:`PrivacyAccountant`).
+
+The digest is ``sha256(noise.astype(int64).tobytes())``, the engine's ledger convention.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import io
+import json
+import threading
+from collections.abc import Callable
+from typing import Any
+
+import numpy as np
+
+from das.io.atomic import atomic_write_bytes, atomic_write_text
+from das.privacy.accounting import Measurement, PrivacyAccountant
+from das.privacy.rng import RandomSource, default_source, seeded_rng
+from das.runs.folder import RunFolder
+
+RngFor = Callable[[Measurement], Any]
+
+
+class NoiseDigestError(RuntimeError):
+    """A stored noise vector is missing or does not match its ledger digest; nothing is redrawn."""
+
+
+def noise_digest(noise: np.ndarray) -> str:
+    """sha256 of the int64 bytes of a noise vector (what the ledger records)."""
+    return hashlib.sha256(np.ascontiguousarray(noise, dtype=np.int64).tobytes()).hexdigest()
+
+
+def secure_streams() -> RngFor:
+    """Every measurement draws from the process-wide OS-seeded CSPRNG."""
+    return lambda measurement: default_source()
+
+
+def seeded_streams(seed: int) -> RngFor:
+    """One reproducible PCG64 stream per measurement, seeded by sha256(seed, name).
+
+    Independent of the order in which parallel levels draw, so a seeded run gives the same
+    release whatever the scheduling. Tests and demos only (``is_secure`` is False).
+    """
+    if isinstance(seed, bool) or not isinstance(seed, int) or seed < 0:
+        raise ValueError(f"seed must be a non-negative integer, got {seed!r}")
+
+    def rng_for(measurement: Measurement) -> RandomSource:
+        digest = hashlib.sha256(f"{seed}:{measurement.name}".encode()).digest()
+        return seeded_rng(int.from_bytes(digest[:8], "big") >> 1)
+
+    return rng_for
+
+
+def describe_streams(seed: int | None) -> dict[str, Any]:
+    """The randomness source as written into the audit record."""
+    if seed is None:
+        return {"secure": True, "seed": None, "source": default_source().describe()}
+    return {
+        "secure": False,
+        "seed": seed,
+        "source": seeded_rng(seed).describe() + "; one stream per measurement, sha256(seed:name)",
+    }
+
+
+class NoiseStore:
+    """The noise provider of one ledger partition (see the module docstring).
+
+    ``fresh`` and ``reused`` list the measurement names drawn now and taken from disk.
+    """
+
+    def __init__(
+        self, folder: RunFolder, partition: str, accountant: PrivacyAccountant, rng_for: RngFor
+    ) -> None:
+        self.folder = folder
+        self.partition = partition
+        self.accountant = accountant
+        self.rng_for = rng_for
+        self.fresh: list[str] = []
+        self.reused: list[str] = []
+        self._lock = threading.Lock()
+
+    @classmethod
+    def open(
+        cls,
+        folder: RunFolder,
+        partition: str,
+        definition: str,
+        total: Any,
+        rng_for: RngFor,
+    ) -> NoiseStore:
+        """The store of ``partition``: its persisted ledger when a previous attempt left one."""
+        path = folder.ledger_path(partition)
+        if path.is_file():
+            accountant = PrivacyAccountant.from_dict(json.loads(path.read_text()))
+            fresh = PrivacyAccountant(definition, total)
+            if accountant.definition != fresh.definition or accountant.total != fresh.total:
+                raise ValueError(
+                    f"{partition}: the stored ledger was made under another definition or "
+                    "total; a changed configuration cannot reuse earlier noise (use a new run id)"
+                )
+        else:
+            accountant = PrivacyAccountant(definition, total)
+        return cls(folder, partition, accountant, rng_for)
+
+    def save_ledger(self) -> None:
+        atomic_write_text(
+            self.folder.ledger_path(self.partition),
+            json.dumps(self.accountant.to_dict(), indent=1),
+        )
+
+    def _load(self, measurement: Measurement, size: int, digest: str) -> np.ndarray:
+        path = self.folder.noise_path(measurement.name)
+        if not path.is_file():
+            raise NoiseDigestError(
+                f"{measurement.name}: recorded as drawn but its noise file is missing; "
+                "it cannot be drawn again under the same run id"
+            )
+        noise = np.load(path, allow_pickle=False)
+        if noise.dtype != np.int64 or noise.shape != (size,) or noise_digest(noise) != digest:
+            raise NoiseDigestError(
+                f"{measurement.name}: the stored noise does not match its ledger entry "
+                "(size or sha256); refusing to reuse or redraw it"
+            )
+        return noise
+
+    def noise_for(
+        self, measurement: Measurement, size: int, accountant: PrivacyAccountant
+    ) -> np.ndarray:
+        """The noise of ``measurement`` (``size`` int64 values): stored if drawn, else drawn now."""
+        if accountant is not self.accountant:
+            raise ValueError(f"{measurement.name}: drawn against a ledger this store does not own")
+        with self._lock:
+            if measurement.name in accountant and accountant.get(measurement.name).drawn:
+                entry = accountant.reuse(measurement)
+                noise = self._load(measurement, size, str(entry.noise_digest))
+                self.reused.append(measurement.name)
+                return noise
+            if measurement.name not in accountant:
+                accountant.charge(measurement)
+                self.save_ledger()
+            noise = np.ascontiguousarray(
+                measurement.mechanism.sample(size, self.rng_for(measurement)), dtype=np.int64
+            ).reshape(size)
+            buffer = io.BytesIO()
+            np.save(buffer, noise, allow_pickle=False)
+            atomic_write_bytes(self.folder.noise_path(measurement.name), buffer.getvalue())
+            accountant.record(measurement, noise_digest(noise))
+            self.save_ledger()
+            self.fresh.append(measurement.name)
+            return noise

@@ -1,0 +1,1 @@
+"""Prefect flows: the entrypoints of deployments and of `das run`."""

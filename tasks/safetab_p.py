@@ -1,0 +1,297 @@
+"""Prefect tasks of the SafeTab-P flow: validate → load → prepare pass → measure level →
+postprocess level → coterminous fix → write → privacy artifacts.
+
+Each task calls the engine (:mod:`das.safetab_p`); this module adds retries on I/O, progress
+logs (counts of levels and rows, never values) and the persisted noise store that makes a rerun
+reuse every draw already made (:mod:`das.runs.noise_store`). No task caches or persists its
+result (``NO_CACHE``, ``persist_result=False``): results hold confidential frames, and the
+privacy ledger, not a result cache, is what guarantees no redraw on a rerun.
+"""
+
+from __future__ import annotations
+
+from das.offline import configure_offline
+
+configure_offline()
+
+from dataclasses import dataclass  # noqa: E402
+from pathlib import Path  # noqa: E402
+from typing import Any  # noqa: E402
+
+import numpy as np  # noqa: E402
+import pandas as pd  # noqa: E402
+from prefect import get_run_logger, task  # noqa: E402
+from prefect.cache_policies import NO_CACHE  # noqa: E402
+
+from das.io.atomic import atomic_output_dir  # noqa: E402
+from das.io.safetab_p import (  # noqa: E402
+    grf_c_path,
+    person_records_path,
+    read_grf_c,
+    read_person_records,
+)
+from das.io.writers import file_sha256, write_pipe_table  # noqa: E402
+from das.privacy.accounting import Measurement, PrivacyAccountant, compose  # noqa: E402
+from das.runs.folder import RunFolder  # noqa: E402
+from das.runs.noise_store import (  # noqa: E402
+    NoiseStore,
+    secure_streams,
+    seeded_streams,
+)
+from das.safetab_p.coterminous import apply_coterminous, coterminous_sets  # noqa: E402
+from das.safetab_p.engine import coterminous_members  # noqa: E402
+from das.safetab_p.iterations import combination_incidence, iteration_filter  # noqa: E402
+from das.safetab_p.keys import geography_entities, pass_blocks  # noqa: E402
+from das.safetab_p.measure import (  # noqa: E402
+    AggregatedPersons,
+    LevelMeasurement,
+    aggregate_persons,
+    measure_level,
+)
+from das.safetab_p.plan import plan_safetab_p  # noqa: E402
+from das.safetab_p.postprocess import T1_COLUMNS, T2_COLUMNS, tabulate_level  # noqa: E402
+from das.safetab_p.stability import detailed_only_levels, stability  # noqa: E402
+from das.specs.config import (  # noqa: E402
+    PopulationGroupLevel,
+    SafeTabGeography,
+    SafeTabPConfig,
+    load_safetab_p_config,
+)
+from das.specs.race_specs import RaceEthnicitySpecs, load_race_specs  # noqa: E402
+
+PASSES = ("US", "PR")
+TABLES = {"t1": T1_COLUMNS, "t2": T2_COLUMNS}
+
+
+@dataclass(frozen=True)
+class SafeTabPInputs:
+    """Config, race/ethnicity specs and the two input files in engine form."""
+
+    config: SafeTabPConfig
+    specs: RaceEthnicitySpecs
+    persons: pd.DataFrame
+    grfc: pd.DataFrame
+    plan: tuple[Measurement, ...]
+
+
+@dataclass(frozen=True)
+class PassContext:
+    """What every level of one pass shares: its plan, aggregated records, geographies."""
+
+    pass_name: str
+    levels: tuple[PopulationGroupLevel, ...]
+    plan: tuple[Measurement, ...]
+    agg: AggregatedPersons
+    entities: dict[SafeTabGeography, Any]
+    sets: pd.DataFrame
+
+
+@dataclass(frozen=True)
+class LevelResult:
+    """One level's measurement, with the noise store's counts of fresh and reused draws."""
+
+    level: PopulationGroupLevel
+    measured: LevelMeasurement
+    ledger: dict[str, Any]
+    fresh: tuple[str, ...]
+    reused: tuple[str, ...]
+
+
+def level_partition(pass_name: str, level: PopulationGroupLevel) -> str:
+    """The plan's partition name of a level ("US/COUNTY/2")."""
+    return f"{pass_name}/{level.geography.value}/{level.iteration_level}"
+
+
+def input_paths(config_path: str | Path, data_dir: str | Path) -> dict[str, Path]:
+    """Every file a SafeTab-P run reads: config, the spec files beside it, the two inputs."""
+    config_path = Path(config_path)
+    paths = {"config.json": config_path}
+    for spec in sorted(config_path.parent.glob("*.txt")):
+        paths[spec.name] = spec
+    for resolve in (person_records_path, grf_c_path):
+        try:
+            path = resolve(data_dir)
+        except (FileNotFoundError, ValueError):
+            continue
+        paths[path.name] = path
+    return paths
+
+
+@task(name="validate-inputs", retries=2, retry_delay_seconds=2, cache_policy=NO_CACHE,
+      persist_result=False)  # fmt: skip
+def validate_inputs(config_path: str, data_dir: str, report_dir: str) -> dict[str, Any]:
+    """Run `das validate safetab-p`; the summary (counts and check names, no values)."""
+    from das.validation import validate_safetab_p
+
+    report = validate_safetab_p(config_path, data_dir, report_dir)
+    logger = get_run_logger()
+    for line in report.summary_lines()[:1]:
+        logger.info(line)
+    return {
+        "skipped": False,
+        "ok": report.ok,
+        "errors": len(report.errors),
+        "warnings": len(report.warnings),
+        "failed_checks": sorted({f.check for f in report.errors}),
+        "checks_run": len(report.checks_run),
+        "report_dir": report_dir,
+    }
+
+
+@task(name="load-inputs", retries=2, retry_delay_seconds=2, cache_policy=NO_CACHE,
+      persist_result=False)  # fmt: skip
+def load_inputs(config_path: str, data_dir: str) -> SafeTabPInputs:
+    """Read config, spec files, person records and GRF-C; plan every measurement."""
+    config = load_safetab_p_config(config_path)
+    specs = load_race_specs(Path(config_path).parent)
+    persons = read_person_records(person_records_path(data_dir))
+    grfc = read_grf_c(grf_c_path(data_dir))
+    plan = plan_safetab_p(
+        config, stability(specs, config.max_race_codes), detailed_only_levels(specs)
+    )
+    get_run_logger().info(
+        "loaded %d person records, %d blocks; %d levels, %d planned measurements",
+        len(persons), len(grfc), len(config.tabulated_levels()), len(plan),
+    )  # fmt: skip
+    return SafeTabPInputs(config, specs, persons, grfc, tuple(plan))
+
+
+@task(name="prepare-pass", cache_policy=NO_CACHE, persist_result=False)
+def prepare_pass(inputs: SafeTabPInputs, pass_name: str) -> PassContext | None:
+    """Aggregate the pass's records and build its geography entities and coterminous sets."""
+    config = inputs.config
+    levels = tuple(
+        level for level in config.tabulated_levels() if level.geography.pass_name == pass_name
+    )
+    if not levels:
+        return None
+    blocks = pass_blocks(inputs.grfc, config, pass_name)
+    agg = aggregate_persons(inputs.persons, blocks)
+    geographies = [g for g in SafeTabGeography if any(lv.geography is g for lv in levels)]
+    entities = {g: geography_entities(blocks, g) for g in geographies}
+    sets = coterminous_sets([entities[g] for g in geographies])
+    plan = tuple(m for m in inputs.plan if m.metadata["pass"] == pass_name)
+    get_run_logger().info(
+        "pass %s: %d levels, %d distinct record rows, %d blocks",
+        pass_name, len(levels), agg.count.size, len(blocks),
+    )  # fmt: skip
+    return PassContext(pass_name, levels, plan, agg, entities, sets)
+
+
+@task(name="measure-level", cache_policy=NO_CACHE, persist_result=False)
+def measure_level_task(
+    inputs: SafeTabPInputs,
+    context: PassContext,
+    level: PopulationGroupLevel,
+    folder: RunFolder,
+    seed: int | None,
+) -> LevelResult:
+    """Two-stage measurement of one level; draws go through the level's persisted noise store."""
+    partition = level_partition(context.pass_name, level)
+    planned = {str(m.metadata["stage"]): m for m in context.plan if m.partition == partition}
+    store = NoiseStore.open(
+        folder,
+        partition,
+        inputs.config.privacy_defn.value,
+        compose(planned.values()),
+        secure_streams() if seed is None else seeded_streams(seed),
+    )
+    key = (level.iteration_level, level.geography.is_state_or_above)
+    selected = iteration_filter(inputs.specs, *key)
+    incidence = combination_incidence(
+        inputs.specs, context.agg.race_codes, context.agg.qspan, selected
+    )
+    codes = inputs.specs.iteration_code[selected.index].astype(np.int64)
+    measured = measure_level(
+        context.agg,
+        context.entities[level.geography],
+        selected,
+        codes,
+        incidence,
+        planned,
+        inputs.config.thresholds.get(level),
+        store,
+        store.accountant,
+    )
+    get_run_logger().info(
+        "level %s measured: %d groups, %d measurements drawn now, %d reused",
+        partition, measured.workload.size, len(store.fresh), len(store.reused),
+    )  # fmt: skip
+    return LevelResult(
+        level, measured, store.accountant.to_dict(), tuple(store.fresh), tuple(store.reused)
+    )
+
+
+@task(name="postprocess-level", cache_policy=NO_CACHE, persist_result=False)
+def postprocess_level(
+    config: SafeTabPConfig, context: PassContext, result: LevelResult
+) -> tuple[pd.DataFrame, pd.DataFrame, pd.DataFrame]:
+    """T1/T2 rows of one level (suppression, non-negativity) and its coterminous members."""
+    t1, t2 = tabulate_level(
+        result.measured, config.allow_negative_counts, config.zero_suppression_chance
+    )
+    members = coterminous_members(
+        context.entities[result.level.geography], result.measured.iteration_codes, context.sets
+    )
+    get_run_logger().info(
+        "level %s postprocessed: %d T1 rows, %d T2 rows",
+        level_partition(context.pass_name, result.level), len(t1), len(t2),
+    )  # fmt: skip
+    return t1, t2, members
+
+
+@task(name="fix-coterminous", cache_policy=NO_CACHE, persist_result=False)
+def fix_coterminous(
+    context: PassContext, parts: list[tuple[pd.DataFrame, pd.DataFrame, pd.DataFrame]]
+) -> tuple[pd.DataFrame, pd.DataFrame]:
+    """One pass's tables with coterminous geographies made to agree."""
+    t1, t2 = apply_coterminous(
+        pd.concat([p[0] for p in parts], ignore_index=True),
+        pd.concat([p[1] for p in parts], ignore_index=True),
+        pd.concat([p[2] for p in parts], ignore_index=True),
+        context.sets,
+    )
+    get_run_logger().info(
+        "pass %s: %d coterminous sets; %d T1 rows, %d T2 rows",
+        context.pass_name, len(context.sets), len(t1), len(t2),
+    )  # fmt: skip
+    return t1, t2
+
+
+@task(name="write-tables", retries=2, retry_delay_seconds=2, cache_policy=NO_CACHE,
+      persist_result=False)  # fmt: skip
+def write_tables(
+    tables: dict[str, list[pd.DataFrame]], output: str
+) -> dict[str, dict[str, Any]]:
+    """Write ``t1/t1.txt`` and ``t2/t2.txt`` (each folder atomically); hashes and row counts.
+
+    A rerun replaces the folders (``overwrite``): at every instant each folder is complete.
+    """
+    written: dict[str, dict[str, Any]] = {}
+    for name, columns in TABLES.items():
+        parts = tables.get(name, [])
+        frame = (
+            pd.concat(parts, ignore_index=True) if parts else pd.DataFrame(columns=list(columns))
+        )
+        with atomic_output_dir(Path(output) / name, overwrite=True) as folder:
+            rows = write_pipe_table(frame, folder / f"{name}.txt", list(columns))
+        path = Path(output) / name / f"{name}.txt"
+        written[f"{name}/{name}.txt"] = {"rows": rows, "sha256": file_sha256(path)}
+        get_run_logger().info("wrote %s/%s.txt: %d rows", name, name, rows)
+    return written
+
+
+def pass_accountant(
+    config: SafeTabPConfig, context: PassContext, results: list[LevelResult]
+) -> PrivacyAccountant:
+    """The pass's ledger: every level's entries, under the pass total (parallel with the other
+    pass: disjoint people); refuses, exactly as the engine's accountant, an overspend."""
+    accountant = PrivacyAccountant(config.privacy_defn.value, compose(context.plan))
+    for result in results:
+        level = PrivacyAccountant.from_dict(result.ledger)
+        for entry in level.entries:
+            if entry.noise_digest is None:
+                accountant.charge(entry.measurement)
+            else:
+                accountant.record(entry.measurement, entry.noise_digest)
+    return accountant

@@ -1,0 +1,22 @@
+"""The one session-wide temporary Prefect server of the test suite (DESIGN §8).
+
+Import the fixture into a test module that runs flows: ``from prefect_fixtures import
+prefect_server  # noqa: F401``. Every module shares the same server (one per session).
+"""
+
+from __future__ import annotations
+
+import pytest
+
+from das.offline import configure_offline
+
+configure_offline()
+
+from prefect.testing.utilities import prefect_test_harness  # noqa: E402
+
+
+@pytest.fixture(scope="session")
+def prefect_server():
+    """A temporary Prefect API and database for the whole session."""
+    with prefect_test_harness(server_startup_timeout=120):
+        yield

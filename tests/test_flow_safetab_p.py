@@ -1,0 +1,210 @@
+"""`das run safetab-p` end to end on the Census toy inputs: the flow, audit, rerun without redraw.
+
+The toy inputs are used in place (by path, never copied into the repository); their parameter
+folder is copied to tmp_path so budgets can be changed.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import shutil
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from das.offline import configure_offline
+
+configure_offline()
+
+from prefect.client.orchestration import get_client  # noqa: E402
+from prefect.client.schemas.filters import ArtifactFilter, ArtifactFilterKey  # noqa: E402
+from prefect_fixtures import prefect_server  # noqa: E402, F401
+
+import tasks.safetab_p as safetab_tasks  # noqa: E402
+from das.cli.run import main  # noqa: E402
+from das.io.safetab_p import read_grf_c, read_person_records  # noqa: E402
+from das.io.writers import file_sha256  # noqa: E402
+from das.privacy.mechanisms import DiscreteGaussianMechanism, GeometricMechanism  # noqa: E402
+from das.runs.audit import AUDIT_KEYS  # noqa: E402
+from das.runs.folder import RunFolder  # noqa: E402
+from das.safetab_p.engine import run_safetab_p, write_release  # noqa: E402
+from das.specs.config import load_safetab_p_config  # noqa: E402
+from das.specs.race_specs import load_race_specs  # noqa: E402
+
+SHARED = Path(__file__).resolve().parents[2] / "shared"
+TOY = SHARED / "census_specs" / "safetab_p" / "toy"
+
+# Each test runs the whole flow (1–3 s per run on the thread pool, ~7 s on a Dask cluster).
+pytestmark = [
+    pytest.mark.skipif(not TOY.is_dir(), reason="/work/shared toy inputs absent"),
+    pytest.mark.slow,
+    pytest.mark.usefixtures("prefect_server"),
+]
+
+
+@pytest.fixture(autouse=True)
+def thread_runner(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Prefect's thread pool, not a Dask cluster (one test opts back into Dask)."""
+    monkeypatch.delenv("DAS_DASK_ADDRESS", raising=False)
+    monkeypatch.setenv("DAS_TASK_RUNNER", "threads")
+
+
+def _params(tmp_path: Path, infinite: bool = False) -> Path:
+    """The zCDP parameter folder copied to tmp_path; budgets → Infinity when asked."""
+    folder = tmp_path / "params"
+    shutil.copytree(TOY / "input_dir_zcdp", folder)
+    config = folder / "config.json"
+    if infinite:
+        data = json.loads(config.read_text())
+        for key, value in data.items():
+            if key.startswith("privacy_budget_p_level_") and value > 0:
+                data[key] = math.inf
+        config.write_text(json.dumps(data))  # json writes the JSON extension `Infinity`
+    return config
+
+
+def _run(config: Path, output: Path, *extra: str) -> int:
+    argv = ["run", "safetab-p", "--config", str(config), "--data", str(TOY), "--output"]
+    return main([*argv, str(output), *extra])
+
+
+@pytest.fixture
+def count_samples(monkeypatch: pytest.MonkeyPatch) -> list[str]:
+    """Every call of a mechanism's sampler, by measurement-independent mechanism repr."""
+    calls: list[str] = []
+    for cls in (DiscreteGaussianMechanism, GeometricMechanism):
+        original = cls.sample
+
+        def counting(self, size, rng=None, _original=original):
+            calls.append(type(self).__name__)
+            return _original(self, size, rng)
+
+        monkeypatch.setattr(cls, "sample", counting)
+    return calls
+
+
+def _artifacts(key: str) -> list:
+    with get_client(sync_client=True) as client:
+        return client.read_artifacts(
+            artifact_filter=ArtifactFilter(key=ArtifactFilterKey(any_=[key]))
+        )
+
+
+def test_infinite_budget_run_equals_the_engine_exact_counts(tmp_path: Path) -> None:
+    config = _params(tmp_path, infinite=True)
+    assert _run(config, tmp_path / "out", "--skip-validation", "--seed", "1") == 0
+    # The engine alone, same inputs: with infinite budgets its counts are the exact counts
+    # (checked against a brute-force reference in test_safetab_engine.py).
+    release = run_safetab_p(
+        load_safetab_p_config(config),
+        load_race_specs(config.parent),
+        read_person_records(TOY / "person-records.txt"),
+        read_grf_c(TOY / "GRF-C.txt"),
+    )
+    write_release(release, tmp_path / "engine")
+    for name in ("t1/t1.txt", "t2/t2.txt"):
+        ours = (tmp_path / "out" / name).read_bytes()
+        assert ours == (tmp_path / "engine" / name).read_bytes(), name
+    assert len(release.t1) > 0
+    audit = json.loads((tmp_path / "out" / "audit.json").read_text())
+    assert audit["totals"]["US"]["rho"] is None  # ∞ is written as null
+
+
+def test_seeded_run_writes_tables_audit_and_artifacts(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.delenv("DAS_TASK_RUNNER")  # the default: levels in parallel on a Dask cluster
+    config = _params(tmp_path)
+    out = tmp_path / "out"
+    assert _run(config, out, "--skip-validation", "--seed", "5", "--run-id", "seeded-1") == 0
+    assert (out / "t1" / "t1.txt").is_file() and (out / "t2" / "t2.txt").is_file()
+    audit = json.loads((out / "audit.json").read_text())
+    assert set(AUDIT_KEYS) <= set(audit)
+    assert audit["status"] == "succeeded" and audit["error_type"] is None
+    assert audit["run_id"] == "seeded-1" and audit["parameters"]["seed"] == 5
+    assert audit["randomness"]["secure"] is False and "seed=5" in audit["randomness"]["source"]
+    assert audit["validation"] == {"skipped": True}
+    assert audit["config"]["sha256"] == file_sha256(config)
+    assert audit["inputs"]["person-records.txt"]["sha256"] == file_sha256(
+        TOY / "person-records.txt"
+    )
+    assert "race-and-ethnicity-codes.txt" in audit["inputs"]
+    ledger = audit["ledger"]["US"]["measurements"]
+    assert ledger and all(len(m["noise_digest"]) == 64 for m in ledger)
+    assert audit["draws"] == {"fresh": len(ledger), "reused": 0}
+    # toy config: US levels sum to ρ = 0.008·3 + 0.534·2 + 0.159·2 + 2.43·2 (zCDP, per level)
+    assert audit["totals"]["US"]["rho"] == pytest.approx(6.27)
+    assert audit["totals"]["US"]["bounded_rho"] == pytest.approx(12.54)
+    for name, info in audit["outputs"].items():
+        lines = (out / name).read_text().splitlines()
+        assert info["rows"] == len(lines) - 1 and info["sha256"] == file_sha256(out / name)
+    assert set(audit["timings"]) >= {"validate", "load", "measure", "write"}
+    folder = RunFolder(out, "seeded-1")
+    assert len(list(folder.noise_dir.glob("*.npy"))) == len(ledger)
+    assert "measured" in folder.log_path.read_text()
+    table = _artifacts("safetab-p-privacy-us")
+    assert table and "moe" in table[0].data
+    assert "bounded_rho" in _artifacts("safetab-p-privacy-totals")[0].data
+
+
+def test_killed_run_reruns_without_redrawing(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, count_samples: list[str]
+) -> None:
+    config = _params(tmp_path)
+    args = ("--skip-validation", "--seed", "9")
+    # Reference: the same seed, one uninterrupted run.
+    assert _run(config, tmp_path / "clean", *args, "--run-id", "clean") == 0
+    drawn = len(count_samples)
+    assert drawn > 0
+
+    def killed(*_args, **_kwargs):
+        raise RuntimeError("killed after the draws")
+
+    out = tmp_path / "out"
+    with monkeypatch.context() as patch:
+        patch.setattr(safetab_tasks, "apply_coterminous", killed)
+        assert _run(config, out, *args, "--run-id", "r1") == 1
+    assert len(count_samples) == 2 * drawn
+    failed = json.loads((out / "audit.json").read_text())
+    assert failed["status"] == "failed" and failed["error_type"] == "RuntimeError"
+    assert len(failed["ledger"]["US"]["measurements"]) == drawn and not (out / "t1").exists()
+
+    assert _run(config, out, *args, "--run-id", "r1") == 0
+    assert len(count_samples) == 2 * drawn  # not one sampler call on the rerun
+    audit = json.loads((out / "audit.json").read_text())
+    assert audit["status"] == "succeeded" and audit["parameters"]["rerun"] is True
+    assert audit["draws"]["fresh"] == 0 and audit["draws"]["reused"] == drawn
+    for name in ("t1/t1.txt", "t2/t2.txt"):
+        assert (out / name).read_bytes() == (tmp_path / "clean" / name).read_bytes()
+
+    # A stored vector that no longer matches its ledger digest is neither reused nor redrawn.
+    stored = sorted(RunFolder(out, "r1").noise_dir.glob("*.npy"))[0]
+    np.save(stored, np.load(stored) + 1)
+    assert _run(config, out, *args, "--run-id", "r1") == 1
+    assert len(count_samples) == 2 * drawn
+    audit = json.loads((out / "audit.json").read_text())
+    assert audit["status"] == "failed" and audit["error_type"] == "NoiseDigestError"
+
+
+def test_invalid_inputs_exit_1_before_any_noise(tmp_path: Path, count_samples: list[str]) -> None:
+    data = tmp_path / "data"
+    data.mkdir()
+    shutil.copy(TOY / "GRF-C.txt", data)
+    lines = (TOY / "person-records.txt").read_text().splitlines(keepends=True)
+    fields = lines[2].split("|")
+    fields[1] = "7"  # QSEX must be 1 or 2
+    lines[2] = "|".join(fields)
+    (data / "person-records.txt").write_text("".join(lines))
+    out = tmp_path / "out"
+    argv = ["run", "safetab-p", "--config", str(_params(tmp_path)), "--data", str(data)]
+    assert main([*argv, "--output", str(out), "--seed", "1", "--run-id", "v"]) == 1
+    assert count_samples == []
+    folder = RunFolder(out, "v")
+    assert list(folder.noise_dir.glob("*")) == [] and list(folder.ledger_dir.glob("*")) == []
+    audit = json.loads((out / "audit.json").read_text())
+    assert audit["status"] == "failed" and audit["error_type"] == "ValidationFailed"
+    assert audit["validation"]["ok"] is False and audit["validation"]["errors"] > 0
+    assert (folder.validation_dir / "report.json").is_file()
+    assert not (out / "t1").exists()

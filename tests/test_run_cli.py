@@ -1,0 +1,52 @@
+"""`das run` usage errors exit 2 before anything is created (no Prefect run starts)."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from das.cli.run import EXIT_USAGE, main
+
+
+def _args(tmp_path: Path, *extra: str) -> list[str]:
+    config = tmp_path / "config.json"
+    config.write_text("{}")
+    data = tmp_path / "data"
+    data.mkdir(exist_ok=True)
+    out = tmp_path / "out"
+    return ["run", "safetab-p", "--config", str(config), "--data", str(data), "--output",
+            str(out), *extra]  # fmt: skip
+
+
+def test_seed_is_refused_in_production(tmp_path: Path, monkeypatch, capsys) -> None:
+    monkeypatch.setenv("DAS_PRODUCTION", "1")
+    assert main(_args(tmp_path, "--seed", "3")) == EXIT_USAGE
+    assert "refused for production" in capsys.readouterr().err
+    assert not (tmp_path / "out").exists()
+
+
+@pytest.mark.parametrize(
+    ("extra", "message"),
+    [(("--seed", "-1"), "non-negative"), (("--run-id", "../x"), "--run-id")],
+)
+def test_bad_seed_or_run_id(tmp_path: Path, capsys, extra, message) -> None:
+    assert main(_args(tmp_path, *extra)) == EXIT_USAGE
+    assert message in capsys.readouterr().err
+    assert not (tmp_path / "out").exists()
+
+
+def test_missing_config_or_data(tmp_path: Path, capsys) -> None:
+    args = _args(tmp_path)
+    args[3] = str(tmp_path / "nope.json")
+    assert main(args) == EXIT_USAGE
+    args = _args(tmp_path)
+    args[5] = str(tmp_path / "nodata")
+    assert main(args) == EXIT_USAGE
+    assert "no such folder" in capsys.readouterr().err
+
+
+def test_argparse_usage_errors_exit_2(tmp_path: Path) -> None:
+    with pytest.raises(SystemExit) as exit_info:
+        main(["run", "safetab-p", "--config", "x"])
+    assert exit_info.value.code == 2

@@ -1,0 +1,41 @@
+"""deploy/prefect.yaml: every deployment points at an importable flow with valid parameters."""
+
+from __future__ import annotations
+
+import importlib
+import inspect
+from pathlib import Path
+
+import pytest
+import yaml
+
+REPO = Path(__file__).resolve().parents[1]
+PREFECT_YAML = REPO / "deploy" / "prefect.yaml"
+
+
+def _deployments() -> list[dict]:
+    return yaml.safe_load(PREFECT_YAML.read_text())["deployments"]
+
+
+def test_expected_deployments_exist() -> None:
+    names = {d["name"] for d in _deployments()}
+    assert "safetab-p-us-pr" in names
+    if (REPO / "flows" / "swap.py").is_file():
+        assert "swap-households" in names
+
+
+@pytest.mark.parametrize("deployment", _deployments(), ids=lambda d: d["name"])
+def test_entrypoint_and_parameters_match_the_flow(deployment: dict) -> None:
+    path, name = deployment["entrypoint"].split(":")
+    assert (REPO / path).is_file()
+    module = importlib.import_module(path.removesuffix(".py").replace("/", "."))
+    flow = getattr(module, name)
+    signature = inspect.signature(flow.fn)
+    given = set(deployment.get("parameters", {}))
+    required = {
+        p.name for p in signature.parameters.values() if p.default is inspect.Parameter.empty
+    }
+    assert given <= set(signature.parameters), given - set(signature.parameters)
+    assert required <= given, required - given
+    assert "seed" not in given  # production deployments never fix the noise
+    assert deployment["work_pool"]["name"]
