@@ -1,7 +1,8 @@
 """`das demo`: the whole job on shipped demo specs and a seeded synthetic population.
 
 Runs the same commands a user would, in order, and stops at the first failure: synthesize the
-SafeTab-P and PHSafe inputs, validate them, and report the privacy budget of each config.
+SafeTab-P and PHSafe inputs, validate them, report the privacy budget of each config, and run
+the SafeTab-P release (Prefect flow) into `<output>/release/safetab-p`.
 """
 
 from __future__ import annotations
@@ -40,6 +41,17 @@ def demo_steps(output: Path, persons: int, seed: int) -> list[tuple[str, list[st
             ),
             (f"{product} privacy budget", ["budget", "report", "--config", str(config)]),
         ]
+    folder = output / "safetab-p"
+    steps.append(
+        (
+            "SafeTab-P release (seeded: demo only)",
+            [
+                "run", "safetab-p", "--config", str(folder / "config.json"), "--data",
+                str(folder), "--output", str(output / "release" / "safetab-p"),
+                "--seed", str(seed), "--skip-validation",
+            ],
+        )
+    )
     return steps
 
 
