@@ -66,5 +66,5 @@ def _demo(args: argparse.Namespace) -> int:
         if code != 0:
             print(f"demo stopped: '{title}' exited with {code}")
             return code
-    print(f"\ndemo complete: inputs, validation reports and budget reports under {args.output}/")
+    print(f"\ndemo complete under {args.output}/: inputs, validation and budget reports, release")
     return 0
