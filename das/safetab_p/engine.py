@@ -17,7 +17,12 @@ import pandas as pd
 from das.io.atomic import atomic_output_dir
 from das.io.writers import write_pipe_table
 from das.privacy.accounting import Measurement, PrivacyAccountant, compose
-from das.safetab_p.coterminous import apply_coterminous, coterminous_sets
+from das.safetab_p.coterminous import (
+    apply_coterminous,
+    coterminous_sets,
+    read_coterminous_file,
+    restrict_sets,
+)
 from das.safetab_p.iterations import combination_incidence, iteration_filter
 from das.safetab_p.keys import GeographyEntities, geography_entities, pass_blocks
 from das.safetab_p.measure import aggregate_persons, measure_level
@@ -68,12 +73,16 @@ def run_safetab_p(
     persons: pd.DataFrame,
     grfc: pd.DataFrame,
     rng: Any = None,
+    coterminous_file: Path | None = None,
 ) -> SafeTabPRelease:
     """Measure and postprocess every tabulated level of the enabled passes.
 
     ``persons`` / ``grfc`` are in engine form (:mod:`das.io.safetab_p`); ``rng`` None draws
-    from the OS CSPRNG, a seeded source is for tests and demos only.
+    from the OS CSPRNG, a seeded source is for tests and demos only. ``coterminous_file`` (a
+    ``coterminous-geographies.txt`` spec) gives the coterminous sets instead of deriving them
+    from the GRF-C; its sets are restricted to the levels tabulated in each pass.
     """
+    file_sets = None if coterminous_file is None else read_coterminous_file(coterminous_file)
     plan = plan_safetab_p(
         config, stability(specs, config.max_race_codes), detailed_only_levels(specs)
     )
@@ -94,7 +103,11 @@ def run_safetab_p(
         agg = aggregate_persons(persons, blocks)
         geographies = [g for g in SafeTabGeography if any(lv.geography is g for lv in levels)]
         entities = {g: geography_entities(blocks, g) for g in geographies}
-        sets = coterminous_sets([entities[g] for g in geographies])
+        sets = (
+            coterminous_sets([entities[g] for g in geographies])
+            if file_sets is None
+            else restrict_sets(file_sets, geographies)
+        )
         incidences: dict[tuple[int, bool], Any] = {}
         pass_t1, pass_t2, members = [], [], []
         for level in levels:

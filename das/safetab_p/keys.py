@@ -20,7 +20,7 @@ from das.specs.config import SafeTabGeography, SafeTabPConfig
 PR_STATE_FIPS = 72
 
 # (integer key of a block's entity, REGION_ID width) per geography, without the PR- prefix.
-_WIDTH = {"USA": 1, "STATE": 2, "COUNTY": 5, "TRACT": 11, "PLACE": 7, "AIANNH": 4}
+REGION_ID_WIDTH = {"USA": 1, "STATE": 2, "COUNTY": 5, "TRACT": 11, "PLACE": 7, "AIANNH": 4}
 
 
 @dataclass(frozen=True)
@@ -83,6 +83,6 @@ def geography_entities(blocks: pd.DataFrame, geography: SafeTabGeography) -> Geo
     block_entity[inside] = inverse
     return GeographyEntities(
         geography=geography,
-        region_ids=zero_pad(unique, _WIDTH[base]),
+        region_ids=zero_pad(unique, REGION_ID_WIDTH[base]),
         block_entity=block_entity,
     )
