@@ -95,8 +95,12 @@ def safetab_p_flow(
     run_id: str | None = None,
     skip_validation: bool = False,
     delta: float = DEFAULT_DELTA,
+    coterminous: str | None = None,
 ) -> dict[str, Any]:
     """Run SafeTab-P on ``data`` with ``config`` into ``output``; returns the audit record.
+
+    ``coterminous``: a reviewed ``coterminous-geographies.txt`` (``das coterminous derive``);
+    without it the sets are derived from the GRF-C in the run.
 
     Raises :class:`ValidationFailed` (before any noise is drawn) when the inputs are invalid.
     """
@@ -113,6 +117,7 @@ def safetab_p_flow(
             "skip_validation": skip_validation,
             "rerun": rerun,
             "delta": delta,
+            "coterminous": coterminous,
             "run_folder": str(folder.root),
         },
         randomness=describe_streams(seed),
@@ -124,7 +129,12 @@ def safetab_p_flow(
             with audit.stage("hash-inputs"):
                 audit.update(
                     config={"path": str(config), "sha256": file_sha256(config)},
-                    inputs=file_hashes(input_paths(config, data)),
+                    inputs=file_hashes(
+                        {
+                            **input_paths(config, data),
+                            **({Path(coterminous).name: Path(coterminous)} if coterminous else {}),
+                        }
+                    ),
                 )
             with audit.stage("validate"):
                 if skip_validation:
@@ -141,7 +151,7 @@ def safetab_p_flow(
                         )
             with audit.stage("load"):
                 inputs = load_inputs(str(config), str(data))
-                contexts = {name: prepare_pass(inputs, name) for name in PASSES}
+                contexts = {name: prepare_pass(inputs, name, coterminous) for name in PASSES}
                 contexts = {name: ctx for name, ctx in contexts.items() if ctx is not None}
             with audit.stage("measure"):
                 futures = {

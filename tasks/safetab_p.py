@@ -38,7 +38,12 @@ from das.runs.noise_store import (  # noqa: E402
     secure_streams,
     seeded_streams,
 )
-from das.safetab_p.coterminous import apply_coterminous, coterminous_sets  # noqa: E402
+from das.safetab_p.coterminous import (  # noqa: E402
+    apply_coterminous,
+    coterminous_sets,
+    read_coterminous_file,
+    restrict_sets,
+)
 from das.safetab_p.engine import coterminous_members  # noqa: E402
 from das.safetab_p.iterations import combination_incidence, iteration_filter  # noqa: E402
 from das.safetab_p.keys import geography_entities, pass_blocks  # noqa: E402
@@ -157,8 +162,11 @@ def load_inputs(config_path: str, data_dir: str) -> SafeTabPInputs:
 
 
 @task(name="prepare-pass", cache_policy=NO_CACHE, persist_result=False)
-def prepare_pass(inputs: SafeTabPInputs, pass_name: str) -> PassContext | None:
-    """Aggregate the pass's records and build its geography entities and coterminous sets."""
+def prepare_pass(
+    inputs: SafeTabPInputs, pass_name: str, coterminous_file: str | None = None
+) -> PassContext | None:
+    """Aggregate the pass's records and build its geography entities and coterminous sets
+    (from the reviewed ``coterminous_file`` when given, else derived from the GRF-C)."""
     config = inputs.config
     levels = tuple(
         level for level in config.tabulated_levels() if level.geography.pass_name == pass_name
@@ -169,7 +177,11 @@ def prepare_pass(inputs: SafeTabPInputs, pass_name: str) -> PassContext | None:
     agg = aggregate_persons(inputs.persons, blocks)
     geographies = [g for g in SafeTabGeography if any(lv.geography is g for lv in levels)]
     entities = {g: geography_entities(blocks, g) for g in geographies}
-    sets = coterminous_sets([entities[g] for g in geographies])
+    sets = (
+        coterminous_sets([entities[g] for g in geographies])
+        if coterminous_file is None
+        else restrict_sets(read_coterminous_file(coterminous_file), geographies)
+    )
     plan = tuple(m for m in inputs.plan if m.metadata["pass"] == pass_name)
     get_run_logger().info(
         "pass %s: %d levels, %d distinct record rows, %d blocks",

@@ -208,3 +208,25 @@ def test_invalid_inputs_exit_1_before_any_noise(tmp_path: Path, count_samples: l
     assert audit["validation"]["ok"] is False and audit["validation"]["errors"] > 0
     assert (folder.validation_dir / "report.json").is_file()
     assert not (out / "t1").exists()
+
+
+def test_reviewed_coterminous_file_is_used_and_hashed(tmp_path: Path) -> None:
+    config = _params(tmp_path)
+    sets_file = tmp_path / "coterminous-geographies.txt"
+    from das.cli import main as das_main
+
+    assert das_main(["coterminous", "derive", "--data", str(TOY), "--output", str(sets_file)]) == 0
+    args = ("--skip-validation", "--seed", "9")
+    assert _run(config, tmp_path / "derived", *args) == 0
+    assert _run(config, tmp_path / "file", *args, "--coterminous", str(sets_file)) == 0
+    for name in ("t1/t1.txt", "t2/t2.txt"):
+        derived = (tmp_path / "derived" / name).read_bytes()
+        assert (tmp_path / "file" / name).read_bytes() == derived, name
+    audit = json.loads((tmp_path / "file" / "audit.json").read_text())
+    assert audit["inputs"][sets_file.name]["sha256"] == file_sha256(sets_file)
+    # An empty set list (header only) turns the fix off: DC's state and county then differ.
+    sets_file.write_text("SET_ID|REGION_TYPE|REGION_ID\n")
+    assert _run(config, tmp_path / "none", *args, "--coterminous", str(sets_file)) == 0
+    assert (tmp_path / "none" / "t1/t1.txt").read_bytes() != (
+        tmp_path / "derived" / "t1/t1.txt"
+    ).read_bytes()

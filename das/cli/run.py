@@ -46,6 +46,12 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     )
     parser.add_argument("--run-id", default=None, help="resume the run with this id")
     parser.add_argument(
+        "--coterminous",
+        type=Path,
+        default=None,
+        help="reviewed coterminous-geographies.txt (default: derived from the GRF-C)",
+    )
+    parser.add_argument(
         "--skip-validation",
         action="store_true",
         help="inputs already validated by `das validate` (recorded in the audit)",
@@ -89,6 +95,7 @@ def run_command(args: argparse.Namespace) -> int:
             seed=args.seed,
             run_id=args.run_id,
             skip_validation=args.skip_validation,
+            coterminous=None if args.coterminous is None else str(args.coterminous),
         )
     except ValidationFailed as exc:
         print(f"das run safetab-p: NOT RUN — {exc}", file=sys.stderr)
