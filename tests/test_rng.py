@@ -142,6 +142,12 @@ def test_threads_never_share_words() -> None:
 
 def _child_draw(queue) -> None:  # top level: picklable for multiprocessing
     queue.put(discrete_gaussian(10**6, 8).tolist())
+    queue.close()
+    queue.join_thread()
+    # Skip the exit handlers inherited from the parent (e.g. a session-wide Prefect test server
+    # started by other tests): they belong to the parent, and running them in a forked child
+    # fails. What this test checks is the noise above.
+    os._exit(0)
 
 
 def _prime_parent_buffer() -> None:
