@@ -13,6 +13,7 @@ import json
 import sys
 from pathlib import Path
 
+from das.cli.arguments import seed_int
 from das.io.tables import InputFormatError
 from das.swapping.report import summary
 from das.swapping.run import (
@@ -22,16 +23,6 @@ from das.swapping.run import (
     parse_two_way,
     run_swap,
 )
-
-
-def _seed(text: str) -> int:
-    try:
-        value = int(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"not a whole number: {text!r}") from None
-    if value < 0:
-        raise argparse.ArgumentTypeError("must be >= 0")
-    return value
 
 
 def register(subparsers: argparse._SubParsersAction) -> None:
@@ -56,7 +47,7 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     parser.add_argument("--rate", required=True, help="swap rate p in [0, 1], e.g. 0.05")
     parser.add_argument("--output", required=True, type=Path, help="folder to create")
     parser.add_argument(
-        "--seed", type=_seed, help="reproducible randomness: tests and demos only (recorded)"
+        "--seed", type=seed_int, help="reproducible randomness: tests and demos only (recorded)"
     )
     parser.add_argument(
         "--two-way",

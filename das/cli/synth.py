@@ -11,6 +11,7 @@ import argparse
 import sys
 from pathlib import Path
 
+from das.cli.arguments import positive_int, seed_int
 from das.io.tables import InputFormatError
 from das.specs.config import ConfigError
 from das.specs.race_specs import SpecFileError
@@ -22,33 +23,12 @@ DEFAULT_PHSAFE_CONFIG = REPO / "data_specs" / "phsafe" / "demo" / "config.json"
 DEFAULT_PERSONS = 100_000
 
 
-def _count(text: str) -> int:
-    """A positive person count; ``10_000_000`` and ``10,000,000`` are accepted."""
-    try:
-        value = int(text.replace(",", ""))
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"not a whole number: {text!r}") from None
-    if value < 1:
-        raise argparse.ArgumentTypeError("must be at least 1")
-    return value
-
-
-def _seed(text: str) -> int:
-    try:
-        value = int(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"not a whole number: {text!r}") from None
-    if value < 0:
-        raise argparse.ArgumentTypeError("must be >= 0")
-    return value
-
-
 def _common(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--output", required=True, type=Path, help="folder to create")
     parser.add_argument(
-        "--persons", type=_count, default=DEFAULT_PERSONS, help="number of person records"
+        "--persons", type=positive_int, default=DEFAULT_PERSONS, help="number of person records"
     )
-    parser.add_argument("--seed", type=_seed, help="makes the output byte-identical across runs")
+    parser.add_argument("--seed", type=seed_int, help="makes the output byte-identical across runs")
     parser.add_argument(
         "--format",
         dest="file_format",

@@ -16,19 +16,10 @@ import argparse
 import sys
 from pathlib import Path
 
+from das.cli.arguments import positive_int
 from das.validation.runner import DEFAULT_SAMPLE_ROWS, REPORT_SUBDIR
 
 EXIT_VALID, EXIT_INVALID, EXIT_USAGE = 0, 1, 2
-
-
-def _rows(text: str) -> int:
-    try:
-        value = int(text.replace(",", ""))
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"not a whole number: {text!r}") from None
-    if value < 1:
-        raise argparse.ArgumentTypeError("must be at least 1")
-    return value
 
 
 def register(subparsers: argparse._SubParsersAction) -> None:
@@ -56,7 +47,7 @@ def register(subparsers: argparse._SubParsersAction) -> None:
         )
         parser.add_argument(
             "--gx-sample-rows",
-            type=_rows,
+            type=positive_int,
             default=DEFAULT_SAMPLE_ROWS,
             help="largest file Great Expectations validates whole; bigger files get a "
             "systematic sample (the engine always checks every row)",
