@@ -6,6 +6,7 @@ from pathlib import Path
 
 import numpy as np
 import pytest
+from spec_fixtures import DEMO_SPECS, GROUP_NAMES
 
 from das.specs.race_specs import load_race_specs
 from das.synth.race import (
@@ -20,16 +21,6 @@ from das.synth.race import (
     sample_race_codes,
 )
 from das.synth.states import STATES
-
-DEMO_SPECS = Path(__file__).resolve().parents[1] / "data_specs" / "safetab_p" / "demo"
-GROUP_NAMES = (
-    "White alone",
-    "Black or African American alone",
-    "American Indian and Alaska Native alone",
-    "Asian alone",
-    "Native Hawaiian and Other Pacific Islander alone",
-    "Some Other Race alone",
-)
 
 
 def group_of_code(specs) -> dict[int, int]:

@@ -9,6 +9,7 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 import pytest
+from spec_fixtures import DEMO_SPECS, GROUP_NAMES
 
 from das.io.safetab_p import (
     block_key,
@@ -21,15 +22,6 @@ from das.specs.race_specs import SPEC_FILES, load_race_specs
 from das.synth import generate_safetab_p
 from das.synth.race import CENRACE_OF_MASK
 
-DEMO_SPECS = Path(__file__).resolve().parents[1] / "data_specs" / "safetab_p" / "demo"
-GROUP_NAMES = (
-    "White alone",
-    "Black or African American alone",
-    "American Indian and Alaska Native alone",
-    "Asian alone",
-    "Native Hawaiian and Other Pacific Islander alone",
-    "Some Other Race alone",
-)
 N = 20_000
 
 

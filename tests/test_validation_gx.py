@@ -13,6 +13,7 @@ from pathlib import Path
 import numpy as np
 import pyarrow as pa
 import pytest
+from spec_fixtures import DEMO_SPECS
 
 from das.cli import main
 from das.io.phsafe import GEO, PERSONS, UNITS
@@ -28,8 +29,6 @@ from das.validation.suites import (
     load_suite,
 )
 
-REPO = Path(__file__).resolve().parents[1]
-DEMO_SPECS = REPO / "data_specs" / "safetab_p" / "demo"
 TABLES = {
     **{spec.stem: spec for spec in (PERSON_RECORDS, GRF_C, PERSONS, UNITS, GEO)},
     **{spec.stem: spec for spec in SPEC_TABLES.values()},

@@ -12,12 +12,11 @@ import shutil
 from pathlib import Path
 
 import pytest
+from spec_fixtures import DEMO_SPECS
 
 from das.synth import generate_safetab_p
 from das.validation import validate_safetab_p
 
-REPO = Path(__file__).resolve().parents[1]
-DEMO_SPECS = REPO / "data_specs" / "safetab_p" / "demo"
 STATES = ["01", "02", "11"]
 PERSONS = 1_500
 
