@@ -13,3 +13,19 @@ GROUP_NAMES = (
     "Native Hawaiian and Other Pacific Islander alone",
     "Some Other Race alone",
 )
+
+
+def group_of_code(specs) -> dict[int, int]:
+    """Each race code's major group, read straight from the level-0 'X alone' iterations."""
+    iteration_group = {
+        int(code): GROUP_NAMES.index(name)
+        for code, name, level in zip(
+            specs.iteration_code, specs.iteration_name, specs.level, strict=True
+        )
+        if level == 0 and name in GROUP_NAMES
+    }
+    return {
+        int(code): iteration_group[int(iteration)]
+        for iteration, code in zip(specs.pair_iteration, specs.pair_code, strict=True)
+        if int(iteration) in iteration_group
+    }

@@ -6,7 +6,7 @@ from pathlib import Path
 
 import numpy as np
 import pytest
-from spec_fixtures import DEMO_SPECS, GROUP_NAMES
+from spec_fixtures import DEMO_SPECS, group_of_code
 
 from das.specs.race_specs import load_race_specs
 from das.synth.race import (
@@ -21,22 +21,6 @@ from das.synth.race import (
     sample_race_codes,
 )
 from das.synth.states import STATES
-
-
-def group_of_code(specs) -> dict[int, int]:
-    """Each race code's major group, read straight from the level-0 'X alone' iterations."""
-    iteration_group = {
-        int(code): GROUP_NAMES.index(name)
-        for code, name, level in zip(
-            specs.iteration_code, specs.iteration_name, specs.level, strict=True
-        )
-        if level == 0 and name in GROUP_NAMES
-    }
-    return {
-        int(code): iteration_group[int(iteration)]
-        for iteration, code in zip(specs.pair_iteration, specs.pair_code, strict=True)
-        if int(iteration) in iteration_group
-    }
 
 
 def test_cenrace_table_follows_the_cef_order() -> None:

@@ -9,7 +9,7 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 import pytest
-from spec_fixtures import DEMO_SPECS, GROUP_NAMES
+from spec_fixtures import DEMO_SPECS, group_of_code
 
 from das.io.safetab_p import (
     block_key,
@@ -23,22 +23,6 @@ from das.synth import generate_safetab_p
 from das.synth.race import CENRACE_OF_MASK
 
 N = 20_000
-
-
-def group_of_code(specs) -> dict[int, int]:
-    """Each race code's major group, read straight from the level-0 'X alone' iterations."""
-    iteration_group = {
-        int(code): GROUP_NAMES.index(name)
-        for code, name, level in zip(
-            specs.iteration_code, specs.iteration_name, specs.level, strict=True
-        )
-        if level == 0 and name in GROUP_NAMES
-    }
-    return {
-        int(code): iteration_group[int(iteration)]
-        for iteration, code in zip(specs.pair_iteration, specs.pair_code, strict=True)
-        if int(iteration) in iteration_group
-    }
 
 
 def _files(folder: Path) -> dict[str, bytes]:
