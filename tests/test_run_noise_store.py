@@ -9,14 +9,18 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from das.privacy.accounting import BudgetExceededError, Measurement, PrivacyAccountant
+from das.privacy.accounting import (
+    BudgetExceededError,
+    Measurement,
+    PrivacyAccountant,
+    noise_digest,
+)
 from das.privacy.mechanisms import DiscreteGaussianMechanism
 from das.runs.folder import RunFolder, new_run_id, safe_name
 from das.runs.noise_store import (
     NoiseDigestError,
     NoiseStore,
     describe_streams,
-    noise_digest,
     seeded_streams,
 )
 
@@ -92,9 +96,7 @@ def test_changed_parameters_cannot_reuse_and_overspend_is_refused(tmp_path: Path
     with pytest.raises(ValueError, match="different parameters"):
         reopened.noise_for(_measurement(budget=Fraction(1, 4)), 5, reopened.accountant)
     with pytest.raises(BudgetExceededError):
-        reopened.noise_for(
-            _measurement("stage-2", Fraction(3, 4)), 5, reopened.accountant
-        )
+        reopened.noise_for(_measurement("stage-2", Fraction(3, 4)), 5, reopened.accountant)
     assert not reopened.folder.noise_path(f"{PARTITION}/stage-2").exists()
     with pytest.raises(ValueError, match="another definition or total"):
         _store(tmp_path, total=Fraction(2))
@@ -126,19 +128,22 @@ def test_seeded_streams_depend_on_seed_and_name_not_on_order() -> None:
         seeded_streams(-1)
 
 
-def test_engine_routes_providers_and_draws_plain_rngs_itself(tmp_path: Path) -> None:
+def test_draw_noise_routes_providers_and_draws_plain_rngs_itself(tmp_path: Path) -> None:
+    from das.privacy.accounting import draw_noise
     from das.privacy.rng import seeded_rng
-    from das.safetab_p import measure
 
     store = _store(tmp_path)
     m = _measurement()
-    via_hook = measure._draw(m, 6, store, store.accountant)
+    via_hook = draw_noise(m, 6, store, store.accountant)
     assert store.fresh == [m.name] and np.array_equal(
         via_hook, np.load(store.folder.noise_path(m.name))
     )
     plain = PrivacyAccountant("zcdp", Fraction(1))
-    direct = measure._draw(m, 6, seeded_rng(1), plain)
+    direct = draw_noise(m, 6, seeded_rng(1), plain)
     assert plain.get(m.name).drawn and direct.shape == (6,)
+    assert plain.get(m.name).noise_digest == noise_digest(direct)
+    unrecorded = draw_noise(m, 6, seeded_rng(1), None)  # library use: no ledger
+    assert np.array_equal(unrecorded, direct)
 
 
 def test_run_folder_layout_and_ids(tmp_path: Path) -> None:

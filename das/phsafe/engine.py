@@ -11,9 +11,9 @@ simply out of universe. No private value is ever logged or put into an exception
 
 from __future__ import annotations
 
-import hashlib
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 import pandas as pd
@@ -83,8 +83,56 @@ def tabulation_input(
     )
 
 
-def _digest(frame: pd.DataFrame) -> str:
-    return hashlib.sha256(frame["COUNT"].to_numpy().astype("<i8").tobytes()).hexdigest()
+@dataclass(frozen=True)
+class PreparedRecords:
+    """Persons in housing units and the pass's occupied, uniquely located units."""
+
+    persons: pd.DataFrame
+    units: pd.DataFrame
+
+
+def prepare_records(
+    config: PHSafeConfig, persons: pd.DataFrame, units: pd.DataFrame, geo: pd.DataFrame
+) -> PreparedRecords:
+    """The records every table of the pass is tabulated from (universe filters, unique MAFIDs)."""
+    return PreparedRecords(
+        persons_in_housing_units(persons)[PERSON_COLUMNS],
+        prepare_units(units, geo, config.state_filter),
+    )
+
+
+def queries_by_table(plan: list[Measurement]) -> dict[str, list[Measurement]]:
+    """The plan's measurements grouped by table, tables and queries in configuration order."""
+    grouped: dict[str, list[Measurement]] = {}
+    for measurement in plan:
+        grouped.setdefault(str(measurement.metadata["table"]), []).append(measurement)
+    return grouped
+
+
+def measure_table(
+    table: str,
+    measurements: list[Measurement],
+    config: PHSafeConfig,
+    records: PreparedRecords,
+    rng: Any = None,
+    accountant: PrivacyAccountant | None = None,
+) -> pd.DataFrame:
+    """Truncate-and-join once, then every query of one table (``rng`` may be a noise provider)."""
+    tabulated = tabulation_input(table, config, records.persons, records.units)
+    parts = [
+        measure_query(m, tabulated, config.state_filter, rng, accountant) for m in measurements
+    ]
+    return pd.concat(parts, ignore_index=True)
+
+
+def add_derived_tables(tables: dict[str, pd.DataFrame]) -> dict[str, pd.DataFrame]:
+    """The measured tables plus PH5_num (from PH4) and PH8_num (from PH7) when those exist."""
+    out = dict(tables)
+    if "PH4" in tables:
+        out["PH5_num"] = derive_ph5_num(tables["PH4"])
+    if "PH7" in tables:
+        out["PH8_num"] = derive_ph8_num(tables["PH7"])
+    return out
 
 
 def run_phsafe(
@@ -99,29 +147,15 @@ def run_phsafe(
 
     ``rng`` None = the OS CSPRNG (production); a seeded source only for tests and demos.
     With an ``accountant``, each query is charged before its noise is drawn (refused over
-    budget) and recorded with a digest of its noisy counts once drawn.
+    budget) and recorded with a digest of its noise once drawn.
     """
     plan = plan_phsafe(config)
-    in_units = persons_in_housing_units(persons)[PERSON_COLUMNS]
-    prepared = prepare_units(units, geo, config.state_filter)
-    inputs: dict[str, TabulationInput] = {}
-    pieces: dict[str, list[pd.DataFrame]] = {}
-    for measurement in plan:
-        table = str(measurement.metadata["table"])
-        if table not in inputs:
-            inputs[table] = tabulation_input(table, config, in_units, prepared)
-        if accountant is not None:
-            accountant.charge(measurement)
-        rows = measure_query(measurement, inputs[table], config.state_filter, rng)
-        if accountant is not None:
-            accountant.record(measurement, _digest(rows))
-        pieces.setdefault(table, []).append(rows)
-    tables = {name: pd.concat(parts, ignore_index=True) for name, parts in pieces.items()}
-    if "PH4" in tables:
-        tables["PH5_num"] = derive_ph5_num(tables["PH4"])
-    if "PH7" in tables:
-        tables["PH8_num"] = derive_ph8_num(tables["PH7"])
-    return PHSafeRelease(config.pass_name, tables, tuple(plan))
+    records = prepare_records(config, persons, units, geo)
+    tables = {
+        table: measure_table(table, measurements, config, records, rng, accountant)
+        for table, measurements in queries_by_table(plan).items()
+    }
+    return PHSafeRelease(config.pass_name, add_derived_tables(tables), tuple(plan))
 
 
 def table_path(output_dir: str | Path, table: str) -> Path:
@@ -137,6 +171,23 @@ def write_tables(release: PHSafeRelease, folder: str | Path) -> dict[str, int]:
         path.parent.mkdir()
         written[table] = write_pipe_table(frame, path, output_columns(SHELLS[table]))
     return written
+
+
+def write_table_folder(
+    frame: pd.DataFrame,
+    output_dir: str | Path,
+    name: str,
+    columns: list[str],
+    *,
+    overwrite: bool = False,
+) -> int:
+    """Write ``<output>/<name>/<name>.txt``, the folder atomically; the number of rows.
+
+    With ``overwrite`` an existing folder is replaced as a whole (a rerun's release): at every
+    instant the folder is either the complete old table or the complete new one.
+    """
+    with atomic_output_dir(Path(output_dir) / name, overwrite=overwrite) as staging:
+        return write_pipe_table(frame, staging / f"{name}.txt", columns)
 
 
 def write_release(

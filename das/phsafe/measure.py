@@ -11,13 +11,14 @@ b = Δ/ε (pure DP); an infinite budget draws no noise. VARIANCE is the mechanis
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import Any
 
 import numpy as np
 import pandas as pd
 
 from das.phsafe.tables import SHELLS, TableShell
 from das.phsafe.universes import ITERATIONS, iteration_index
-from das.privacy.accounting import Measurement
+from das.privacy.accounting import Measurement, PrivacyAccountant, draw_noise
 from das.privacy.rng import RandomSource
 from das.specs.config import PHSafeGeography, PHSafeIterationLevel
 
@@ -98,14 +99,19 @@ def measure_query(
     measurement: Measurement,
     records: TabulationInput,
     state_filter: tuple[str, ...],
-    rng: RandomSource | None = None,
+    rng: RandomSource | Any = None,
+    accountant: PrivacyAccountant | None = None,
 ) -> pd.DataFrame:
-    """Noisy counts of every key of one plan measurement, as output rows."""
+    """Noisy counts of every key of one plan measurement, as output rows.
+
+    The noise comes from :func:`~das.privacy.accounting.draw_noise`: charged to ``accountant``
+    when given, or from a noise provider passed as ``rng`` (a rerun's stored draws).
+    """
     shell = SHELLS[str(measurement.metadata["table"])]
     geography = PHSafeGeography(measurement.metadata["geography"])
     level = PHSafeIterationLevel(measurement.metadata["iteration_level"])
     counts = exact_counts(shell, geography, level, records, state_filter)
-    noisy = counts.ravel() + measurement.mechanism.sample(counts.size, rng=rng)
+    noisy = counts.ravel() + draw_noise(measurement, counts.size, rng, accountant)
     regions = region_ids(geography, state_filter)
     iterations = ITERATIONS[level]
     basis = shell.basis_codes

@@ -31,6 +31,7 @@ pure DP, changing a record is removing one and adding one, and group privacy giv
 
 from __future__ import annotations
 
+import hashlib
 import math
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
@@ -241,6 +242,32 @@ def compose(measurements: Iterable[Measurement]) -> Budget:
     for sums in branches.values():
         sequential += max(sums.values())
     return sequential
+
+
+def noise_digest(noise: np.ndarray) -> str:
+    """sha256 of the int64 bytes of a noise vector: what the ledger records (never the values)."""
+    return hashlib.sha256(np.ascontiguousarray(noise, dtype=np.int64).tobytes()).hexdigest()
+
+
+def draw_noise(
+    measurement: Measurement, size: int, rng: Any, accountant: PrivacyAccountant | None
+) -> np.ndarray:
+    """``size`` int64 noise values of ``measurement``: charged first, recorded once drawn.
+
+    ``rng`` may be a *noise provider* (an object with ``noise_for(measurement, size,
+    accountant)``, e.g. :class:`das.runs.noise_store.NoiseStore`) that owns the whole
+    charge/draw/record step, so that a rerun reuses noise already drawn instead of drawing it
+    again. Without an ``accountant`` the draw is not recorded (engine tests and library use).
+    """
+    provider = getattr(rng, "noise_for", None)
+    if provider is not None:
+        return np.asarray(provider(measurement, size, accountant), dtype=np.int64)
+    if accountant is not None:
+        accountant.charge(measurement)
+    noise = np.ascontiguousarray(measurement.mechanism.sample(size, rng), dtype=np.int64)
+    if accountant is not None:
+        accountant.record(measurement, noise_digest(noise))
+    return noise
 
 
 class PrivacyAccountant:

@@ -30,7 +30,7 @@ from typing import Any
 import numpy as np
 
 from das.io.atomic import atomic_write_bytes, atomic_write_text
-from das.privacy.accounting import Measurement, PrivacyAccountant
+from das.privacy.accounting import Measurement, PrivacyAccountant, noise_digest
 from das.privacy.rng import RandomSource, default_source, seeded_rng
 from das.runs.folder import RunFolder
 
@@ -39,11 +39,6 @@ RngFor = Callable[[Measurement], Any]
 
 class NoiseDigestError(RuntimeError):
     """A stored noise vector is missing or does not match its ledger digest; nothing is redrawn."""
-
-
-def noise_digest(noise: np.ndarray) -> str:
-    """sha256 of the int64 bytes of a noise vector (what the ledger records)."""
-    return hashlib.sha256(np.ascontiguousarray(noise, dtype=np.int64).tobytes()).hexdigest()
 
 
 def secure_streams() -> RngFor:

@@ -17,7 +17,6 @@ the age23 edges, so exact cells are computed once at sex × age23 and merged.
 
 from __future__ import annotations
 
-import hashlib
 from dataclasses import dataclass
 from typing import Any
 
@@ -26,7 +25,7 @@ import pandas as pd
 import scipy.sparse as sp
 
 from das.io.safetab_p import block_key, race_code_matrix
-from das.privacy.accounting import Measurement, PrivacyAccountant
+from das.privacy.accounting import Measurement, PrivacyAccountant, draw_noise
 from das.safetab_p.iterations import IterationFilter
 from das.safetab_p.keys import GeographyEntities
 
@@ -146,25 +145,6 @@ def _expand(agg: AggregatedPersons, incidence: sp.csr_matrix) -> tuple[np.ndarra
     return rows, columns
 
 
-def _draw(
-    measurement: Measurement, size: int, rng: Any, accountant: PrivacyAccountant
-) -> np.ndarray:
-    """Charge, draw ``size`` noise values, record the digest of the draw (never the values).
-
-    ``rng`` may instead be a *noise provider* (an object with ``noise_for(measurement, size,
-    accountant)``, e.g. :class:`das.runs.noise_store.NoiseStore`): it then owns the whole
-    charge/draw/record step, which lets a rerun reuse noise already drawn instead of drawing
-    it again.
-    """
-    provider = getattr(rng, "noise_for", None)
-    if provider is not None:
-        return np.asarray(provider(measurement, size, accountant), dtype=np.int64)
-    accountant.charge(measurement)
-    noise = np.asarray(measurement.mechanism.sample(size, rng), dtype=np.int64)
-    accountant.record(measurement, hashlib.sha256(noise.tobytes()).hexdigest())
-    return noise
-
-
 def measure_level(
     agg: AggregatedPersons,
     entities: GeographyEntities,
@@ -199,7 +179,7 @@ def measure_level(
     if "stage-1" in measurements:
         if thresholds is None or stage_2 is None:
             raise ValueError("an adaptive level needs thresholds and a stage-2 measurement")
-        noisy = true_total[adaptive] + _draw(
+        noisy = true_total[adaptive] + draw_noise(
             measurements["stage-1"], adaptive.size, rng, accountant
         )
         workload[adaptive] = np.digitize(noisy, np.asarray(thresholds, dtype=np.int64))
@@ -207,7 +187,7 @@ def measure_level(
         raise ValueError("adaptive groups but no stage-1 measurement in the plan")
     only = np.flatnonzero(total_only)
     if "total-only" in measurements:
-        total[only] = true_total[only] + _draw(
+        total[only] = true_total[only] + draw_noise(
             measurements["total-only"], only.size, rng, accountant
         )
     elif only.size:
@@ -232,7 +212,7 @@ def measure_level(
     cell_index = offsets[cell_rank] + agg.sex[sel_rows] * N_BINS[chosen] + merged_bin
     exact_cells = np.bincount(cell_index, weights=agg.count[sel_rows], minlength=n_cells)
     if stage_2 is not None:
-        noise = _draw(stage_2, level_0.size + n_cells, rng, accountant)
+        noise = draw_noise(stage_2, level_0.size + n_cells, rng, accountant)
         total[level_0] = true_total[level_0] + noise[: level_0.size]
         cell_count = exact_cells.astype(np.int64) + noise[level_0.size :]
     else:
