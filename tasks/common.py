@@ -1,4 +1,6 @@
-"""Helpers shared by the product flows' tasks: the run log file and privacy-spend artifacts.
+"""What the product flows share: starting a run (run folder, audit, input hashes), the
+validation gate, the audited run context (log file; audit and artifact on success *and*
+failure), combining per-partition ledgers, and the privacy-spend artifacts.
 
 Artifacts and logs carry aggregates only (budgets, noise parameters, row counts, hashes):
 never a record, a true count or a noise value.
@@ -11,15 +13,25 @@ from das.offline import configure_offline
 configure_offline()
 
 import contextlib  # noqa: E402
+import json  # noqa: E402
 import logging  # noqa: E402
-from collections.abc import Iterator, Mapping, Sequence  # noqa: E402
+from collections.abc import Iterable, Iterator, Mapping, Sequence  # noqa: E402
 from pathlib import Path  # noqa: E402
 from typing import Any  # noqa: E402
 
+from prefect import get_run_logger, task  # noqa: E402
 from prefect.artifacts import create_markdown_artifact, create_table_artifact  # noqa: E402
+from prefect.cache_policies import NO_CACHE  # noqa: E402
 
-from das.privacy.accounting import PrivacyAccountant, summarize  # noqa: E402
+from das.io.writers import file_sha256  # noqa: E402
+from das.privacy.accounting import Measurement, PrivacyAccountant, compose, summarize  # noqa: E402
 from das.privacy.report import measurement_row  # noqa: E402
+from das.runs.audit import AuditRecorder, file_hashes  # noqa: E402
+from das.runs.folder import RunFolder, new_run_id  # noqa: E402
+from das.runs.noise_store import describe_streams  # noqa: E402
+from das.validation.report import ValidationFailed  # noqa: E402
+
+AUDIT_HEADLINE = ("status", "error_type", "code_version", "randomness", "seconds")
 
 # Loggers whose records go to the run's log file: the flow and task run loggers, the engine.
 RUN_LOGGERS = ("prefect.flow_runs", "prefect.task_runs", "das")
@@ -124,3 +136,129 @@ def publish_audit_artifact(product: str, audit: Mapping[str, Any], keys: Sequenc
         description=f"{product}: audit record (audit.json in the output folder)",
     )
     return str(artifact)
+
+
+def start_run(
+    product: str, output: str, run_id: str | None, seed: int | None, parameters: dict[str, Any]
+) -> tuple[RunFolder, AuditRecorder]:
+    """Create (or reopen, for a rerun) the run folder and start its audit record."""
+    folder = RunFolder(output, run_id or new_run_id())
+    rerun = folder.exists()
+    folder.create()
+    audit = AuditRecorder(product, folder.run_id, folder.audit_path)
+    audit.update(
+        parameters={
+            **parameters,
+            "output": str(output),
+            "seed": seed,
+            "rerun": rerun,
+            "run_folder": str(folder.root),
+        },
+        randomness=describe_streams(seed),
+    )
+    return folder, audit
+
+
+def stored_ledgers(folder: RunFolder) -> dict[str, Any]:
+    """Partition ledgers persisted so far (digests and budgets only): the audit of a failed run."""
+    if not folder.ledger_dir.is_dir():
+        return {}
+    return {
+        path.stem: json.loads(path.read_text()) for path in sorted(folder.ledger_dir.glob("*.json"))
+    }
+
+
+@contextlib.contextmanager
+def audited_run(
+    product: str, folder: RunFolder, audit: AuditRecorder
+) -> Iterator[logging.LoggerAdapter]:
+    """The body of a product flow: run log file, then ``audit.json`` and the audit artifact
+    whatever happens (a failed run records its stage timings, its error *type* and the ledger
+    partitions persisted so far)."""
+    with run_log_file(folder.log_path):
+        logger = get_run_logger()
+        rerun = audit.record["parameters"]["rerun"]
+        logger.info("run %s (%s) of %s", folder.run_id, "rerun" if rerun else "new run", product)
+        try:
+            yield logger
+        except BaseException as exc:
+            if audit.record["ledger"] is None:
+                audit.update(ledger={"partitions": stored_ledgers(folder)})
+            record = audit.write("failed", exc)
+            logger.error("run %s failed: %s", folder.run_id, type(exc).__name__)
+            publish_audit_artifact(product, record, AUDIT_HEADLINE)
+            raise
+        record = audit.write("succeeded")
+        publish_audit_artifact(product, record, AUDIT_HEADLINE)
+        logger.info("run %s succeeded: audit in %s", folder.run_id, folder.audit_path)
+
+
+def hash_inputs(audit: AuditRecorder, config: str, inputs: Mapping[str, Path]) -> None:
+    """Config and input file hashes into the audit (before anything reads the data)."""
+    audit.update(
+        config={"path": str(config), "sha256": file_sha256(config)},
+        inputs=file_hashes(inputs),
+    )
+
+
+@task(name="validate-inputs", retries=2, retry_delay_seconds=2, cache_policy=NO_CACHE,
+      persist_result=False)  # fmt: skip
+def validate_inputs(
+    product: str, config_path: str, data_dir: str, report_dir: str
+) -> dict[str, Any]:
+    """Run `das validate <product>`; the summary (counts and check names, no values)."""
+    from das.validation import validate_phsafe, validate_safetab_p
+
+    validator = {"safetab-p": validate_safetab_p, "phsafe": validate_phsafe}[product]
+    report = validator(config_path, data_dir, report_dir)
+    for line in report.summary_lines()[:1]:
+        get_run_logger().info(line)
+    return {
+        "skipped": False,
+        "ok": report.ok,
+        "errors": len(report.errors),
+        "warnings": len(report.warnings),
+        "failed_checks": sorted({f.check for f in report.errors}),
+        "checks_run": len(report.checks_run),
+        "report_dir": report_dir,
+    }
+
+
+def validation_gate(
+    product: str,
+    audit: AuditRecorder,
+    config: str,
+    data: str,
+    folder: RunFolder,
+    skip: bool,
+) -> None:
+    """Validate the inputs (or record that the operator skipped it); raise
+    :class:`ValidationFailed` before any noise is drawn when they are invalid."""
+    with audit.stage("validate"):
+        if skip:
+            audit.update(validation={"skipped": True})
+            get_run_logger().info("validation skipped (--skip-validation)")
+            return
+        summary = validate_inputs(product, str(config), str(data), str(folder.validation_dir))
+        audit.update(validation=summary)
+        if not summary["ok"]:
+            raise ValidationFailed(
+                f"inputs are not valid: {summary['errors']} error(s) in checks "
+                f"{', '.join(summary['failed_checks'])}; report in "
+                f"{summary['report_dir']}; no noise was drawn"
+            )
+
+
+def combine_ledgers(
+    definition: str, plan: Iterable[Measurement], ledgers: Iterable[Mapping[str, Any]]
+) -> PrivacyAccountant:
+    """One pass's ledger from its partitions' persisted ledgers, under the plan's total;
+    refuses, exactly as the engine's accountant, an overspend or a duplicate."""
+    accountant = PrivacyAccountant(definition, compose(plan))
+    for ledger in ledgers:
+        for entry in PrivacyAccountant.from_dict(ledger).entries:
+            if entry.noise_digest is None:
+                accountant.charge(entry.measurement)
+            else:
+                accountant.record(entry.measurement, entry.noise_digest)
+    return accountant

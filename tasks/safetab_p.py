@@ -1,4 +1,4 @@
-"""Prefect tasks of the SafeTab-P flow: validate → load → prepare pass → measure level →
+"""Prefect tasks of the SafeTab-P flow: load → prepare pass → measure level →
 postprocess level → coterminous fix → write → privacy artifacts.
 
 Each task calls the engine (:mod:`das.safetab_p`); this module adds retries on I/O, progress
@@ -63,6 +63,7 @@ from das.specs.config import (  # noqa: E402
     load_safetab_p_config,
 )
 from das.specs.race_specs import RaceEthnicitySpecs, load_race_specs  # noqa: E402
+from tasks.common import combine_ledgers  # noqa: E402
 
 PASSES = ("US", "PR")
 TABLES = {"t1": T1_COLUMNS, "t2": T2_COLUMNS}
@@ -120,27 +121,6 @@ def input_paths(config_path: str | Path, data_dir: str | Path) -> dict[str, Path
             continue
         paths[path.name] = path
     return paths
-
-
-@task(name="validate-inputs", retries=2, retry_delay_seconds=2, cache_policy=NO_CACHE,
-      persist_result=False)  # fmt: skip
-def validate_inputs(config_path: str, data_dir: str, report_dir: str) -> dict[str, Any]:
-    """Run `das validate safetab-p`; the summary (counts and check names, no values)."""
-    from das.validation import validate_safetab_p
-
-    report = validate_safetab_p(config_path, data_dir, report_dir)
-    logger = get_run_logger()
-    for line in report.summary_lines()[:1]:
-        logger.info(line)
-    return {
-        "skipped": False,
-        "ok": report.ok,
-        "errors": len(report.errors),
-        "warnings": len(report.warnings),
-        "failed_checks": sorted({f.check for f in report.errors}),
-        "checks_run": len(report.checks_run),
-        "report_dir": report_dir,
-    }
 
 
 @task(name="load-inputs", retries=2, retry_delay_seconds=2, cache_policy=NO_CACHE,
@@ -296,14 +276,8 @@ def write_tables(
 def pass_accountant(
     config: SafeTabPConfig, context: PassContext, results: list[LevelResult]
 ) -> PrivacyAccountant:
-    """The pass's ledger: every level's entries, under the pass total (parallel with the other
-    pass: disjoint people); refuses, exactly as the engine's accountant, an overspend."""
-    accountant = PrivacyAccountant(config.privacy_defn.value, compose(context.plan))
-    for result in results:
-        level = PrivacyAccountant.from_dict(result.ledger)
-        for entry in level.entries:
-            if entry.noise_digest is None:
-                accountant.charge(entry.measurement)
-            else:
-                accountant.record(entry.measurement, entry.noise_digest)
-    return accountant
+    """The pass's ledger: every level's entries under the pass total (parallel with the other
+    pass: disjoint people)."""
+    return combine_ledgers(
+        config.privacy_defn.value, context.plan, [result.ledger for result in results]
+    )

@@ -10,7 +10,8 @@ def test_demo_steps_are_valid_commands(tmp_path: Path) -> None:
     parser = build_parser()
     steps = demo_steps(tmp_path, persons=1000, seed=3)
     commands = [argv[:2] for _, argv in steps]
-    assert ["run", "safetab-p"] in commands
+    assert ["run", "safetab-p"] in commands and ["run", "phsafe"] in commands
+    assert commands.index(["validate", "phsafe"]) < commands.index(["run", "phsafe"])
     assert commands.index(["synth", "safetab-p"]) < commands.index(["validate", "safetab-p"])
     for _, argv in steps:
         args = parser.parse_args(argv)

@@ -19,7 +19,7 @@ def _deployments() -> list[dict]:
 
 def test_expected_deployments_exist() -> None:
     names = {d["name"] for d in _deployments()}
-    assert "safetab-p-us-pr" in names
+    assert {"safetab-p-us-pr", "phsafe-us", "phsafe-pr"} <= names
     if (REPO / "flows" / "swap.py").is_file():
         assert "swap-households" in names
 

@@ -2,7 +2,7 @@
 
 Runs the same commands a user would, in order, and stops at the first failure: synthesize the
 SafeTab-P and PHSafe inputs, validate them, report the privacy budget of each config, and run
-the SafeTab-P release (Prefect flow) into `<output>/release/safetab-p`.
+both releases (Prefect flows) into `<output>/release/safetab-p` and `<output>/release/phsafe`.
 """
 
 from __future__ import annotations
@@ -41,17 +41,18 @@ def demo_steps(output: Path, persons: int, seed: int) -> list[tuple[str, list[st
             ),
             (f"{product} privacy budget", ["budget", "report", "--config", str(config)]),
         ]
-    folder = output / "safetab-p"
-    steps.append(
-        (
-            "SafeTab-P release (seeded: demo only)",
-            [
-                "run", "safetab-p", "--config", str(folder / "config.json"), "--data",
-                str(folder), "--output", str(output / "release" / "safetab-p"),
-                "--seed", str(seed), "--skip-validation",
-            ],
-        )
-    )
+    for product, title in (("safetab-p", "SafeTab-P"), ("phsafe", "PHSafe")):
+        folder = output / product
+        steps.append(
+            (
+                f"{title} release (seeded: demo only)",
+                [
+                    "run", product, "--config", str(folder / "config.json"), "--data",
+                    str(folder), "--output", str(output / "release" / product),
+                    "--seed", str(seed), "--skip-validation",
+                ],
+            )
+        )  # fmt: skip
     return steps
 
 
@@ -66,5 +67,5 @@ def _demo(args: argparse.Namespace) -> int:
         if code != 0:
             print(f"demo stopped: '{title}' exited with {code}")
             return code
-    print(f"\ndemo complete under {args.output}/: inputs, validation and budget reports, release")
+    print(f"\ndemo complete under {args.output}/: inputs, validation and budget reports, releases")
     return 0

@@ -1,5 +1,6 @@
-"""`das run safetab-p --config FILE --data DIR --output DIR [--seed N] [--run-id ID]
-[--skip-validation]`: run the Prefect flow in process and leave t1/, t2/ and audit.json.
+"""`das run {safetab-p|phsafe} --config FILE --data DIR --output DIR [--seed N] [--run-id ID]
+[--skip-validation]`: run the product's Prefect flow in process and leave its tables and
+audit.json (SafeTab-P: t1/, t2/; PHSafe: one folder per noisy table and per estimates table).
 
 Exit codes: 0 success; 1 the run failed — invalid inputs (nothing drawn, the validation report
 is in ``<output>/.run/<run-id>/validation/``) or a later error (``audit.json`` says which
@@ -15,14 +16,12 @@ from __future__ import annotations
 
 import argparse
 import os
-import re
 import sys
 from collections.abc import Sequence
 from pathlib import Path
 
 EXIT_OK, EXIT_FAILED, EXIT_USAGE = 0, 1, 2
 PRODUCTION_ENV = "DAS_PRODUCTION"
-_RUN_ID = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]{0,127}$")
 
 
 def register(subparsers: argparse._SubParsersAction) -> None:
@@ -37,7 +36,24 @@ def register(subparsers: argparse._SubParsersAction) -> None:
         "config.json with the four spec files beside it; --data holds person-records and "
         "GRF-C (.txt or .parquet)"
     )
-    parser = products.add_parser("safetab-p", help=text, description=text)
+    safetab = _product_parser(products, "safetab-p", text)
+    safetab.add_argument(
+        "--coterminous",
+        type=Path,
+        default=None,
+        help="reviewed coterminous-geographies.txt (default: derived from the GRF-C)",
+    )
+    text = (
+        "config.json of one pass (state_filter [\"72\"] = Puerto Rico, else the US); --data "
+        "holds persons, units and geo (.csv or .parquet)"
+    )
+    _product_parser(products, "phsafe", text)
+
+
+def _product_parser(
+    products: argparse._SubParsersAction, product: str, text: str
+) -> argparse.ArgumentParser:
+    parser = products.add_parser(product, help=text, description=text)
     parser.add_argument("--config", required=True, type=Path, help="the run's config.json")
     parser.add_argument("--data", required=True, type=Path, help="folder of input files")
     parser.add_argument("--output", required=True, type=Path, help="output folder")
@@ -46,17 +62,12 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     )
     parser.add_argument("--run-id", default=None, help="resume the run with this id")
     parser.add_argument(
-        "--coterminous",
-        type=Path,
-        default=None,
-        help="reviewed coterminous-geographies.txt (default: derived from the GRF-C)",
-    )
-    parser.add_argument(
         "--skip-validation",
         action="store_true",
         help="inputs already validated by `das validate` (recorded in the audit)",
     )
     parser.set_defaults(handler=run_command)
+    return parser
 
 
 def _usage_error(message: str) -> int:
@@ -77,41 +88,52 @@ def run_command(args: argparse.Namespace) -> int:
             return _usage_error(f"--seed is refused for production runs ({PRODUCTION_ENV}=1)")
         if args.seed < 0:
             return _usage_error("--seed must be a non-negative integer")
-    if args.run_id is not None and not _RUN_ID.match(args.run_id):
-        return _usage_error("--run-id: use letters, digits, '.', '_', '-' (at most 128)")
+    if args.run_id is not None:
+        from das.runs.folder import RunFolder
+
+        try:
+            RunFolder(args.output, args.run_id)
+        except ValueError:
+            return _usage_error("--run-id: use letters, digits, '.', '_', '-' (at most 128)")
 
     from das.offline import configure_offline
 
     configure_offline()
     from das.validation.report import ValidationFailed
-    from flows.safetab_p import safetab_p_flow, task_runner_from_env
+    from flows.runner import task_runner_from_env
 
-    flow = safetab_p_flow.with_options(task_runner=task_runner_from_env())
+    product = args.run_product
+    parameters = {
+        "config": str(args.config),
+        "data": str(args.data),
+        "output": str(args.output),
+        "seed": args.seed,
+        "run_id": args.run_id,
+        "skip_validation": args.skip_validation,
+    }
+    if product == "safetab-p":
+        from flows.safetab_p import safetab_p_flow as product_flow
+
+        coterminous = args.coterminous
+        parameters["coterminous"] = None if coterminous is None else str(coterminous)
+    else:
+        from flows.phsafe import phsafe_flow as product_flow
+    flow = product_flow.with_options(task_runner=task_runner_from_env())
     try:
-        record = flow(
-            config=str(args.config),
-            data=str(args.data),
-            output=str(args.output),
-            seed=args.seed,
-            run_id=args.run_id,
-            skip_validation=args.skip_validation,
-            coterminous=None if args.coterminous is None else str(args.coterminous),
-        )
+        record = flow(**parameters)
     except ValidationFailed as exc:
-        print(f"das run safetab-p: NOT RUN — {exc}", file=sys.stderr)
+        print(f"das run {product}: NOT RUN — {exc}", file=sys.stderr)
         return EXIT_FAILED
     except Exception as exc:
         # The type only: engine messages are value-free, but the audit is the place to look.
         audit = args.output / "audit.json"
         print(
-            f"das run safetab-p: FAILED ({type(exc).__name__}); see {audit} and the run log",
+            f"das run {product}: FAILED ({type(exc).__name__}); see {audit} and the run log",
             file=sys.stderr,
         )
         return EXIT_FAILED
-    print(
-        f"das run safetab-p: run {record['run_id']} succeeded; outputs and audit.json in "
-        f"{args.output}"
-    )
+    print(f"das run {product}: run {record['run_id']} succeeded; outputs and audit.json in "
+          f"{args.output}")  # fmt: skip
     return EXIT_OK
 
 

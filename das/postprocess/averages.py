@@ -34,7 +34,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 import numpy as np
-from scipy import special, stats
+from scipy import special
 
 from das.postprocess.counts import LOWER_Q, UPPER_Q
 
@@ -46,8 +46,8 @@ def _log_diff_ndtr(a: np.ndarray, b: np.ndarray) -> np.ndarray:
     """``log(Φ(b) - Φ(a))`` for ``a ≤ b``, stable in both tails (-inf when a ≥ b)."""
     upper_side = a > 0
     # Upper tail: Φ(b) - Φ(a) = Q(a) - Q(b) = Φ(-a) - Φ(-b).
-    hi = np.where(upper_side, special.log_ndtr(-a), special.log_ndtr(b))
-    lo = np.where(upper_side, special.log_ndtr(-b), special.log_ndtr(a))
+    hi = special.log_ndtr(np.where(upper_side, -a, b))
+    lo = special.log_ndtr(np.where(upper_side, -b, a))
     with np.errstate(divide="ignore", invalid="ignore"):
         gap = np.minimum(lo - hi, 0.0)
         out = hi + np.log(-np.expm1(gap))
@@ -57,11 +57,22 @@ def _log_diff_ndtr(a: np.ndarray, b: np.ndarray) -> np.ndarray:
 def _truncated(
     mean: np.ndarray, sd: np.ndarray, low: np.ndarray, high: np.ndarray, u: np.ndarray
 ) -> np.ndarray:
-    """Inverse-CDF draw of ``N(mean, sd²)`` truncated to ``[low, high]`` (clipped to it)."""
+    """Inverse-CDF draw of ``N(mean, sd²)`` truncated to ``[low, high]`` (clipped to it).
+
+    In standard units with ``a ≤ 0`` (else reflect: ``x ↦ -x``, ``u ↦ 1 - u``) the draw is
+    ``Φ⁻¹(Φ(a) + u (Φ(b) - Φ(a)))``, evaluated in log space (``ndtri_exp``) so that both far
+    tails stay exact; about ten times faster than ``scipy.stats.truncnorm.ppf``.
+    """
     with np.errstate(divide="ignore", invalid="ignore", over="ignore"):
         a = (low - mean) / sd
-        b = (high - mean) / sd
-        x = stats.truncnorm.ppf(u, a, np.maximum(a, b), loc=mean, scale=sd)
+        b = np.maximum(a, (high - mean) / sd)
+        flip = a > 0
+        lo = np.where(flip, -b, a)
+        hi = np.where(flip, -a, b)
+        v = np.where(flip, 1.0 - u, u)
+        log_p = np.logaddexp(special.log_ndtr(lo), np.log(v) + _log_diff_ndtr(lo, hi))
+        z = np.clip(special.ndtri_exp(np.minimum(log_p, 0.0)), lo, hi)
+        x = mean + sd * np.where(flip, -z, z)
     return np.clip(np.nan_to_num(x, nan=0.0, posinf=0.0, neginf=0.0), low, np.maximum(high, low))
 
 

@@ -19,6 +19,11 @@ DENOMINATOR_ESTIMATE  Averages only: posterior mean of the denominator (househol
 ESS                 Averages only: effective sample size of the group's importance weights.
 ==================  ==========================================================================
 
+Written files (``das run phsafe``): ``<output>/<T>_estimates/<T>_estimates.txt`` beside the
+noisy ``<output>/<T>/`` folders, pipe-delimited with a header, columns in the order above.
+Averages and their intervals are written with 4 decimals, NUMERATOR/DENOMINATOR_ESTIMATE with
+2 and ESS with 1 (:func:`format_estimates`).
+
 Average cells: PH1 / PH5 cell 1 = average household / family size, 2 = persons under 18 per
 household / family, 3 = persons 18 and over per household / family; PH8 cell 1 = average size
 of occupied units, 2 = owner occupied, 3 = renter occupied (cell 1 is the ratio of the summed
@@ -30,6 +35,7 @@ privacy-critical, and a ``seed`` makes it reproducible (None = fresh OS entropy)
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass
 from typing import Literal
 
@@ -167,3 +173,42 @@ def postprocess_phsafe(
             out[name] = postprocess_average(release_tables, name, config, generator, n_draws)
     return out
 
+
+
+ESTIMATES_SUFFIX = "_estimates"
+_DECIMALS = {
+    "ESTIMATE": 4,
+    "CI_LOWER_90": 4,
+    "CI_UPPER_90": 4,
+    "NUMERATOR_ESTIMATE": 2,
+    "DENOMINATOR_ESTIMATE": 2,
+    "ESS": 1,
+}
+
+
+def estimates_name(table: str) -> str:
+    """Folder and file name of a table's estimates: ``PH2`` → ``PH2_estimates``."""
+    return f"{table}{ESTIMATES_SUFFIX}"
+
+
+def format_estimates(frame: pd.DataFrame) -> pd.DataFrame:
+    """The frame as written: float columns rounded (see the module docstring); integers kept."""
+    rounded = {
+        name: frame[name].round(digits)
+        for name, digits in _DECIMALS.items()
+        if name in frame.columns and pd.api.types.is_float_dtype(frame[name].dtype)
+    }
+    return frame.assign(**rounded)
+
+
+def estimates_diagnostics(estimates: dict[str, pd.DataFrame]) -> dict[str, dict]:
+    """Each table's method and convergence figures (derived from released values only);
+    non-finite figures (no group to measure) become None so the audit stays strict JSON."""
+
+    def plain(value: object) -> object:
+        return None if isinstance(value, float) and not math.isfinite(value) else value
+
+    return {
+        name: {key: plain(value) for key, value in frame.attrs.get("diagnostics", {}).items()}
+        for name, frame in estimates.items()
+    }

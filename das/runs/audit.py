@@ -55,6 +55,7 @@ AUDIT_KEYS = (
     "ledger",
     "totals",
     "draws",
+    "postprocessing",
     "outputs",
     "timings",
 )

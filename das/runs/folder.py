@@ -7,6 +7,7 @@ Layout, under the output folder::
         ledger/<partition>.json     the privacy ledger of each population-group level
         validation/                 the validation report of this run
         run.log                     the run's log (progress only, never private values)
+        <name>.seed                 seeds a rerun must reuse (e.g. statistical postprocessing)
 
 The folder name is hidden so that the release (``t1/``, ``t2/``, ``audit.json``) is what a
 reader sees. Noise vectors are confidential (noise + a released count gives the true count):
@@ -21,6 +22,8 @@ import secrets
 import time
 from dataclasses import dataclass
 from pathlib import Path
+
+from das.io.atomic import atomic_write_text
 
 RUN_DIR = ".run"
 _RUN_ID = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]{0,127}$")
@@ -89,3 +92,12 @@ class RunFolder:
 
     def noise_path(self, measurement_name: str) -> Path:
         return self.noise_dir / f"{safe_name(measurement_name)}.npy"
+
+    def persistent_seed(self, name: str) -> int:
+        """A 63-bit seed drawn from OS entropy on the first call and reread on every rerun, so
+        that a resumed run's Monte Carlo steps give the same release as an uninterrupted one.
+        (Not privacy noise: for postprocessing of released values only.)"""
+        path = self.root / f"{safe_name(name)}.seed"
+        if not path.is_file():
+            atomic_write_text(path, f"{secrets.randbits(63)}\n")
+        return int(path.read_text().strip())

@@ -1,0 +1,194 @@
+"""Prefect tasks of the PHSafe flow: load → measure one table (truncate-and-join, every query)
+→ statistical postprocessing → write.
+
+Each task calls the engine (:mod:`das.phsafe`, :mod:`das.postprocess`); this module adds
+retries on I/O, progress logs (counts of tables, queries and rows, never values) and the
+persisted noise store that makes a rerun reuse every draw already made
+(:mod:`das.runs.noise_store`). As in the SafeTab-P tasks, no result is cached or persisted:
+results hold confidential frames, and the ledger, not a result cache, prevents redraws.
+"""
+
+from __future__ import annotations
+
+from das.offline import configure_offline
+
+configure_offline()
+
+from dataclasses import dataclass  # noqa: E402
+from pathlib import Path  # noqa: E402
+from typing import Any  # noqa: E402
+
+import pandas as pd  # noqa: E402
+from prefect import get_run_logger, task  # noqa: E402
+from prefect.cache_policies import NO_CACHE  # noqa: E402
+
+from das.io.phsafe import PHSAFE_INPUTS, read_geo, read_persons, read_units  # noqa: E402
+from das.io.phsafe import input_paths as data_paths  # noqa: E402
+from das.io.tables import resolve_input  # noqa: E402
+from das.io.writers import file_sha256  # noqa: E402
+from das.phsafe.engine import (  # noqa: E402
+    PreparedRecords,
+    add_derived_tables,
+    measure_table,
+    prepare_records,
+    queries_by_table,
+    write_table_folder,
+)
+from das.phsafe.measure import output_columns  # noqa: E402
+from das.phsafe.plan import plan_phsafe  # noqa: E402
+from das.phsafe.tables import SHELLS  # noqa: E402
+from das.postprocess.phsafe import (  # noqa: E402
+    estimates_name,
+    format_estimates,
+    postprocess_phsafe,
+)
+from das.privacy.accounting import Measurement, PrivacyAccountant, compose  # noqa: E402
+from das.runs.folder import RunFolder  # noqa: E402
+from das.runs.noise_store import NoiseStore, secure_streams, seeded_streams  # noqa: E402
+from das.specs.config import PHSafeConfig, load_phsafe_config  # noqa: E402
+from tasks.common import combine_ledgers  # noqa: E402
+
+
+@dataclass(frozen=True)
+class PHSafeInputs:
+    """The pass's config, its plan by table, and the records every table is counted from."""
+
+    config: PHSafeConfig
+    queries: dict[str, tuple[Measurement, ...]]
+    records: PreparedRecords
+
+    @property
+    def plan(self) -> tuple[Measurement, ...]:
+        return tuple(m for measurements in self.queries.values() for m in measurements)
+
+
+@dataclass(frozen=True)
+class TableResult:
+    """One measured table, its persisted ledger and the store's fresh and reused draws."""
+
+    table: str
+    frame: pd.DataFrame
+    ledger: dict[str, Any]
+    fresh: tuple[str, ...]
+    reused: tuple[str, ...]
+
+
+def table_partition(pass_name: str, table: str) -> str:
+    """The ledger partition of one table's queries ("US/PH3")."""
+    return f"{pass_name}/{table}"
+
+
+def input_paths(config_path: str | Path, data_dir: str | Path) -> dict[str, Path]:
+    """Every file a PHSafe run reads that exists: config, persons, units, geo."""
+    paths = {"config.json": Path(config_path)}
+    for spec in PHSAFE_INPUTS:
+        try:
+            path = resolve_input(data_dir, spec)
+        except (FileNotFoundError, ValueError):
+            continue
+        paths[path.name] = path
+    return paths
+
+
+@task(name="load-inputs", retries=2, retry_delay_seconds=2, cache_policy=NO_CACHE,
+      persist_result=False)  # fmt: skip
+def load_inputs(config_path: str, data_dir: str) -> PHSafeInputs:
+    """Read config and the three input files; keep the pass's in-universe records; plan."""
+    config = load_phsafe_config(config_path)
+    paths = data_paths(data_dir)
+    persons = read_persons(paths["persons"])
+    units = read_units(paths["units"])
+    geo = read_geo(paths["geo"])
+    records = prepare_records(config, persons, units, geo)
+    queries = {t: tuple(ms) for t, ms in queries_by_table(plan_phsafe(config)).items()}
+    get_run_logger().info(
+        "pass %s: read %d persons, %d units, %d geo rows; %d persons in housing units, "
+        "%d occupied units in the pass; %d tables, %d planned queries",
+        config.pass_name, len(persons), len(units), len(geo), len(records.persons),
+        len(records.units), len(queries), sum(map(len, queries.values())),
+    )  # fmt: skip
+    return PHSafeInputs(config, queries, records)
+
+
+@task(name="measure-table", cache_policy=NO_CACHE, persist_result=False)
+def measure_table_task(
+    inputs: PHSafeInputs, table: str, folder: RunFolder, seed: int | None
+) -> TableResult:
+    """Truncate-and-join, then every query of one table through its persisted noise store."""
+    config = inputs.config
+    measurements = list(inputs.queries[table])
+    partition = table_partition(config.pass_name, table)
+    store = NoiseStore.open(
+        folder,
+        partition,
+        config.privacy_defn.value,
+        compose(measurements),
+        secure_streams() if seed is None else seeded_streams(seed),
+    )
+    frame = measure_table(table, measurements, config, inputs.records, store, store.accountant)
+    get_run_logger().info(
+        "table %s measured: %d queries, %d rows; %d draws now, %d reused",
+        partition, len(measurements), len(frame), len(store.fresh), len(store.reused),
+    )  # fmt: skip
+    return TableResult(
+        table, frame, store.accountant.to_dict(), tuple(store.fresh), tuple(store.reused)
+    )
+
+
+def pass_accountant(inputs: PHSafeInputs, results: list[TableResult]) -> PrivacyAccountant:
+    """The pass's ledger: every table's queries composed sequentially under the pass total."""
+    return combine_ledgers(
+        inputs.config.privacy_defn.value, inputs.plan, [result.ledger for result in results]
+    )
+
+
+@task(name="postprocess", cache_policy=NO_CACHE, persist_result=False)
+def postprocess_task(
+    tables: dict[str, pd.DataFrame], config: PHSafeConfig, seed: int
+) -> dict[str, pd.DataFrame]:
+    """Estimates and 90% credible intervals of every count and average table (released values
+    only: no budget is spent); the convergence of the averages is logged."""
+    estimates = postprocess_phsafe(tables, config, seed=seed)
+    logger = get_run_logger()
+    for name, frame in estimates.items():
+        diagnostics = frame.attrs.get("diagnostics", {})
+        if "min_ess" in diagnostics:
+            logger.info(
+                "%s: %d groups, min ESS %.0f (target %.0f), converged %s",
+                name, diagnostics["groups"], diagnostics["min_ess"],
+                diagnostics["target_ess"], diagnostics["converged"],
+            )  # fmt: skip
+        else:
+            logger.info("%s: %d estimate rows", name, len(frame))
+    return estimates
+
+
+@task(name="write-tables", retries=2, retry_delay_seconds=2, cache_policy=NO_CACHE,
+      persist_result=False)  # fmt: skip
+def write_outputs(
+    tables: dict[str, pd.DataFrame], estimates: dict[str, pd.DataFrame], output: str
+) -> dict[str, dict[str, Any]]:
+    """One folder per noisy table and per estimates table, each replaced atomically (a rerun
+    rewrites them); row counts and hashes for the audit."""
+    folders: list[tuple[str, pd.DataFrame, list[str]]] = [
+        (table, frame, output_columns(SHELLS[table])) for table, frame in tables.items()
+    ]
+    folders += [
+        (estimates_name(table), format_estimates(frame), [str(c) for c in frame.columns])
+        for table, frame in estimates.items()
+    ]
+    written: dict[str, dict[str, Any]] = {}
+    for name, frame, columns in folders:
+        rows = write_table_folder(frame, output, name, columns, overwrite=True)
+        relative = f"{name}/{name}.txt"
+        written[relative] = {"rows": rows, "sha256": file_sha256(Path(output) / relative)}
+    get_run_logger().info(
+        "wrote %d noisy tables and %d estimate tables (%d rows)",
+        len(tables), len(estimates), sum(info["rows"] for info in written.values()),
+    )  # fmt: skip
+    return written
+
+
+def derived_tables(results: list[TableResult]) -> dict[str, pd.DataFrame]:
+    """The measured tables in plan order, plus PH5_num and PH8_num where their sources exist."""
+    return add_derived_tables({result.table: result.frame for result in results})
