@@ -21,6 +21,7 @@ from typing import Any  # noqa: E402
 
 from prefect import flow  # noqa: E402
 
+from das.postprocess.counts import INTERVALS  # noqa: E402
 from das.postprocess.phsafe import estimates_diagnostics  # noqa: E402
 from das.privacy.accounting import summarize  # noqa: E402
 from flows.runner import task_runner_from_env  # noqa: E402
@@ -54,8 +55,12 @@ def phsafe_flow(
     run_id: str | None = None,
     skip_validation: bool = False,
     delta: float = DEFAULT_DELTA,
+    credible_interval: str = "equal-tailed",
 ) -> dict[str, Any]:
     """Run PHSafe on ``data`` with ``config`` into ``output``; returns the audit record.
+
+    ``credible_interval``: ``"equal-tailed"`` (default) or ``"hpd"`` (shortest; calibrated
+    near zero) for the count tables' 90% intervals (:mod:`das.postprocess.counts`).
 
     Raises :class:`ValidationFailed` (before any noise is drawn) when the inputs are invalid.
     """
@@ -64,6 +69,7 @@ def phsafe_flow(
         "data": str(data),
         "skip_validation": skip_validation,
         "delta": delta,
+        "credible_interval": credible_interval,
     }
     folder, audit = start_run(PRODUCT, output, run_id, seed, parameters)
     with audited_run(PRODUCT, folder, audit) as logger:
@@ -91,10 +97,13 @@ def phsafe_flow(
         with audit.stage("postprocess"):
             tables = derived_tables(results)
             postprocess_seed = seed if seed is not None else folder.persistent_seed("postprocess")
-            estimates = postprocess_task(tables, inputs.config, postprocess_seed)
+            estimates = postprocess_task(
+                tables, inputs.config, postprocess_seed, credible_interval
+            )
             audit.update(
                 postprocessing={
                     "seed": postprocess_seed,
+                    "credible_interval": credible_interval,
                     "tables": estimates_diagnostics(estimates),
                 }
             )
@@ -115,6 +124,7 @@ if __name__ == "__main__":
     parser.add_argument("--seed", type=int)
     parser.add_argument("--run-id")
     parser.add_argument("--skip-validation", action="store_true")
+    parser.add_argument("--credible-interval", choices=INTERVALS, default="equal-tailed")
     args = parser.parse_args()
     phsafe_flow.with_options(task_runner=task_runner_from_env())(
         config=str(Path(args.config)),
@@ -123,4 +133,5 @@ if __name__ == "__main__":
         seed=args.seed,
         run_id=args.run_id,
         skip_validation=args.skip_validation,
+        credible_interval=args.credible_interval,
     )

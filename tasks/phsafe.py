@@ -144,11 +144,11 @@ def pass_accountant(inputs: PHSafeInputs, results: list[TableResult]) -> Privacy
 
 @task(name="postprocess", cache_policy=NO_CACHE, persist_result=False)
 def postprocess_task(
-    tables: dict[str, pd.DataFrame], config: PHSafeConfig, seed: int
+    tables: dict[str, pd.DataFrame], config: PHSafeConfig, seed: int, interval: str
 ) -> dict[str, pd.DataFrame]:
     """Estimates and 90% credible intervals of every count and average table (released values
     only: no budget is spent); the convergence of the averages is logged."""
-    estimates = postprocess_phsafe(tables, config, seed=seed)
+    estimates = postprocess_phsafe(tables, config, seed=seed, interval=interval)
     logger = get_run_logger()
     for name, frame in estimates.items():
         diagnostics = frame.attrs.get("diagnostics", {})

@@ -304,6 +304,23 @@ def test_secure_rerun_reuses_noise_and_postprocessing_seed(
     assert audit["parameters"]["seed"] is None
 
 
+def test_hpd_intervals_are_chosen_on_the_command_line(tmp_path: Path, small_data: Path) -> None:
+    out = tmp_path / "out"
+    config = small_data / "config.json"
+    args = ("--skip-validation", "--seed", "4", "--credible-interval", "hpd")
+    assert _run(config, small_data, out, *args) == 0
+    audit = json.loads((out / "audit.json").read_text())
+    assert audit["parameters"]["credible_interval"] == "hpd"
+    assert audit["postprocessing"]["credible_interval"] == "hpd"
+    assert audit["postprocessing"]["tables"]["PH3"]["interval"] == "hpd"
+    # A basis cell released at or below 0: its shortest interval starts at 0.
+    noisy, estimates = _read(out, "PH3"), _read(out, "PH3_estimates")
+    keys = ["REGION_ID", "REGION_TYPE", "ITERATION_CODE", "PH3_DATA_CELL"]
+    cells = noisy.merge(estimates, on=keys, validate="one_to_one")
+    low = cells[cells["COUNT"] <= 0]
+    assert len(low) > 0 and (low["CI_LOWER_90"] == 0).all()
+
+
 @pytest.mark.skipif(not PR_CONFIG.is_file(), reason="/work/shared 2020 PR config absent")
 def test_puerto_rico_pass_with_the_2020_config(tmp_path: Path) -> None:
     data = tmp_path / "pr"

@@ -20,6 +20,8 @@ import sys
 from collections.abc import Sequence
 from pathlib import Path
 
+from das.postprocess.counts import INTERVALS
+
 EXIT_OK, EXIT_FAILED, EXIT_USAGE = 0, 1, 2
 PRODUCTION_ENV = "DAS_PRODUCTION"
 
@@ -47,7 +49,14 @@ def register(subparsers: argparse._SubParsersAction) -> None:
         "config.json of one pass (state_filter [\"72\"] = Puerto Rico, else the US); --data "
         "holds persons, units and geo (.csv or .parquet)"
     )
-    _product_parser(products, "phsafe", text)
+    phsafe = _product_parser(products, "phsafe", text)
+    phsafe.add_argument(
+        "--credible-interval",
+        choices=INTERVALS,
+        default="equal-tailed",
+        help="90%% intervals of the count tables: equal-tailed (default) or highest posterior "
+        "density (shortest; covers true zeros)",
+    )
 
 
 def _product_parser(
@@ -118,6 +127,8 @@ def run_command(args: argparse.Namespace) -> int:
         parameters["coterminous"] = None if coterminous is None else str(coterminous)
     else:
         from flows.phsafe import phsafe_flow as product_flow
+
+        parameters["credible_interval"] = args.credible_interval
     flow = product_flow.with_options(task_runner=task_runner_from_env())
     try:
         record = flow(**parameters)
