@@ -9,6 +9,8 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 import pytest
+from hypothesis import given
+from hypothesis import strategies as st
 
 from das.phsafe.engine import run_phsafe, table_path, write_release
 from das.phsafe.tables import SHELLS
@@ -345,3 +347,16 @@ def test_accountant_records_every_query_and_refuses_overspend() -> None:
     with pytest.raises(BudgetExceededError):
         run_phsafe(config, persons, units, geo, seeded_rng(1), accountant=PrivacyAccountant(
             "zcdp", Fraction(3, 4)))
+
+
+@given(
+    codes=st.lists(st.integers(0, 120), min_size=1, max_size=12, unique=True),
+    values=st.lists(st.integers(-5, 200), max_size=60),
+)
+def test_code_index_matches_a_dictionary_lookup(codes: list[int], values: list[int]) -> None:
+    from das.phsafe.measure import code_index
+
+    position = {code: i for i, code in enumerate(codes)}
+    expected = [position.get(value, -1) for value in values]
+    got = code_index(np.array(values, dtype=np.int16), np.array(codes))
+    assert got.tolist() == expected

@@ -58,19 +58,27 @@ def region_ids(geography: PHSafeGeography, state_filter: tuple[str, ...]) -> lis
     return [USA_REGION_ID] if geography is PHSafeGeography.USA else list(state_filter)
 
 
+def code_index(values: np.ndarray, codes: np.ndarray) -> np.ndarray:
+    """Position of each value in ``codes`` (non-negative integers), -1 when absent.
+
+    A lookup table over the code range: one gather per record, no sort or search.
+    """
+    codes = np.asarray(codes, dtype=np.int64)
+    bound = int(codes.max()) + 1 if len(codes) else 0
+    table = np.full(bound + 1, -1, dtype=np.int64)  # the last slot answers out-of-range values
+    table[codes] = np.arange(len(codes))
+    values = np.asarray(values)
+    return table[np.where((values >= 0) & (values < bound), values, bound)]
+
+
 def entity_index(
     geography: PHSafeGeography, state: np.ndarray, state_filter: tuple[str, ...]
 ) -> np.ndarray:
     """Entity index of each record at the level (-1: a state outside the pass)."""
-    codes = np.array([int(code) for code in state_filter], dtype=np.int64)
-    state = np.asarray(state, dtype=np.int64)
-    in_pass = np.isin(state, codes)
+    position = code_index(state, np.array([int(code) for code in state_filter], dtype=np.int64))
     if geography is PHSafeGeography.USA:
-        return np.where(in_pass, 0, -1)
-    order = np.argsort(codes)
-    position = np.searchsorted(codes[order], state)
-    position = np.clip(position, 0, len(codes) - 1)
-    return np.where(in_pass, order[position], -1)
+        return np.where(position >= 0, 0, -1)
+    return position
 
 
 def exact_counts(
@@ -86,9 +94,8 @@ def exact_counts(
     basis = shell.basis_codes
     entity = entity_index(geography, records.state, state_filter)
     iteration = iteration_index(level, records.race, records.hispanic).astype(np.int64)
-    cell = np.searchsorted(basis, records.cell)
-    cell = np.clip(cell, 0, len(basis) - 1)
-    valid = (entity >= 0) & (iteration >= 0) & (basis[cell] == records.cell)
+    cell = code_index(records.cell, basis)
+    valid = (entity >= 0) & (iteration >= 0) & (cell >= 0)
     flat = (entity * n_iterations + iteration) * len(basis) + cell
     size = n_entities * n_iterations * len(basis)
     counts = np.bincount(flat[valid], minlength=size)

@@ -64,37 +64,77 @@ def content_digests(frame: pd.DataFrame, columns: Sequence[str] | None = None) -
     return _digests(packed, ids)
 
 
-def _digests(packed: np.ndarray, ids: np.ndarray) -> np.ndarray:
-    _, first, inverse = np.unique(ids, return_index=True, return_inverse=True)
-    digests = np.fromiter(
+def _distinct(ids: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """(sorted distinct ids, one row holding each, inverse: row → distinct index).
+
+    Radix ids of small codes span a small range: a lookup table then replaces ``np.unique``'s
+    sort of every row (linear time). Any row of an id will do: equal ids mean equal contents.
+    """
+    low = int(ids.min())
+    span = int(ids.max()) - low + 1
+    if span > max(4 * len(ids), 1 << 22):
+        distinct, first, inverse = np.unique(ids, return_index=True, return_inverse=True)
+        return distinct, first, inverse.ravel()
+    offset = ids - low
+    present = np.zeros(span, dtype=bool)
+    present[offset] = True
+    slots = np.flatnonzero(present)
+    index_of = np.empty(span, dtype=np.int64)
+    index_of[slots] = np.arange(len(slots))
+    inverse = index_of[offset]
+    first = np.empty(len(slots), dtype=np.int64)
+    first[inverse] = np.arange(len(ids))
+    return slots + low, first, inverse
+
+
+def _digest_rows(packed: np.ndarray, rows: np.ndarray) -> np.ndarray:
+    """BLAKE2b digest of the given rows (one per distinct content: thousands, not millions)."""
+    return np.fromiter(
         (
             int.from_bytes(
                 hashlib.blake2b(packed[row].tobytes(), digest_size=8, person=_PERSONAL).digest(),
                 "little",
             )
-            for row in first
+            for row in rows
         ),
         dtype=np.uint64,
-        count=len(first),
+        count=len(rows),
     )
-    return digests[inverse.ravel()]
+
+
+def _digests(packed: np.ndarray, ids: np.ndarray) -> np.ndarray:
+    _, first, inverse = _distinct(ids)
+    return _digest_rows(packed, first)[inverse]
 
 
 def truncate_per_key(frame: pd.DataFrame, tau: int) -> pd.DataFrame:
-    """Keep at most ``tau`` rows per MAFID: the ones first in (digest, content) order."""
+    """Keep at most ``tau`` rows per MAFID: the ones first in (digest, content) order.
+
+    The (digest, content) order is ranked once over the distinct contents; rows are then sorted
+    by the single int64 key ``MAFID · n_distinct + rank`` when it fits (else a two-key lexsort).
+    """
     if tau < 1:
         raise ValueError(f"Invalid truncation threshold {tau} (need >= 1)")
     if len(frame) == 0:
         return frame
     packed, ids = _content_ids(frame, content_columns(frame))
-    digests = _digests(packed, ids)
-    # np.lexsort sorts by the last key first: MAFID, then digest, then content (ties).
-    order = np.lexsort([ids, digests, frame[KEY].to_numpy()])
-    keys = frame[KEY].to_numpy()[order]
+    distinct, first, inverse = _distinct(ids)
+    digests = _digest_rows(packed, first)
+    rank = np.empty(len(distinct), dtype=np.int64)
+    rank[np.lexsort([distinct, digests])] = np.arange(len(distinct))
+    row_rank = rank[inverse]
+    keys = frame[KEY].to_numpy().astype(np.int64)
+    low, high = int(keys.min()), int(keys.max())
+    if (high - low + 1) * len(distinct) < 2**62:
+        # Stable = timsort: near-linear on files grouped by household (the usual layout).
+        order = np.argsort((keys - low) * len(distinct) + row_rank, kind="stable")
+    else:
+        order = np.lexsort([row_rank, keys])
+    keys = keys[order]
     starts = np.r_[True, keys[1:] != keys[:-1]]
     group_start = np.maximum.accumulate(np.where(starts, np.arange(len(keys)), 0))
-    rank = np.arange(len(keys)) - group_start
-    kept = np.sort(order[rank < tau])
+    position = np.arange(len(keys)) - group_start
+    kept = np.sort(order[position < tau], kind="stable")
     return frame.iloc[kept]
 
 
