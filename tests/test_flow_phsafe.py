@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import json
 import math
-import shutil
 from pathlib import Path
 
 import numpy as np
@@ -38,7 +37,7 @@ from das.specs.config import load_phsafe_config  # noqa: E402
 REPO = Path(__file__).resolve().parents[1]
 SHARED = REPO.parent / "shared"
 TOY = SHARED / "census_specs" / "phsafe" / "toy"
-PR_CONFIG = SHARED / "census_specs" / "phsafe" / "production_2020" / "pr" / "config.json"
+PRODUCTION = SHARED / "census_specs" / "phsafe" / "production_2020"
 NOISY = ("PH1_num", "PH1_denom", "PH2", "PH3", "PH4", "PH5_denom", "PH6", "PH7", "PH8_denom")
 DERIVED = ("PH5_num", "PH8_num")
 ESTIMATED = ("PH1", "PH2", "PH3", "PH4", "PH5", "PH6", "PH7", "PH8")
@@ -321,17 +320,28 @@ def test_hpd_intervals_are_chosen_on_the_command_line(tmp_path: Path, small_data
     assert len(low) > 0 and (low["CI_LOWER_90"] == 0).all()
 
 
-@pytest.mark.skipif(not PR_CONFIG.is_file(), reason="/work/shared 2020 PR config absent")
-def test_puerto_rico_pass_with_the_2020_config(tmp_path: Path) -> None:
-    data = tmp_path / "pr"
+@pytest.mark.skipif(not PRODUCTION.is_dir(), reason="/work/shared 2020 configs absent")
+@pytest.mark.parametrize("pass_name", ["US", "PR"])
+def test_2020_production_configs_run(tmp_path: Path, pass_name: str) -> None:
+    production = PRODUCTION / pass_name.lower() / "config.json"
+    data = tmp_path / "data"
     assert das_main(["synth", "phsafe", "--output", str(data), "--persons", "5000", "--seed",
-                     "3", "--config", str(PR_CONFIG)]) == 0  # fmt: skip
-    config = data / "config.json"
-    assert _run(config, data, tmp_path / "out", "--seed", "2") == 0
-    audit = json.loads((tmp_path / "out" / "audit.json").read_text())
-    assert set(audit["ledger"]) == {"PR"} and audit["totals"]["PR"]["rho"] > 0
+                     "3", "--config", str(production)]) == 0  # fmt: skip
+    out = tmp_path / "out"
+    assert _run(production, data, out, "--seed", "2") == 0
+    audit = json.loads((out / "audit.json").read_text())
+    assert audit["status"] == "succeeded" and audit["validation"]["ok"] is True
+    assert set(audit["ledger"]) == {pass_name}
+    # The 2020 totals (PHSafe Table 10 / budget report): US 1.257281, PR 1.226649.
+    expected = {"US": 1.257281, "PR": 1.226649}[pass_name]
+    assert audit["totals"][pass_name]["rho"] == pytest.approx(expected)
+    written = {name.split("/")[0] for name in audit["outputs"]}
+    assert written == {*NOISY, *DERIVED, *(f"{t}_estimates" for t in ESTIMATED)}
+    states = json.loads(production.read_text())["state_filter"]
     for table in NOISY:
-        frame = _read(tmp_path / "out", table)
-        assert set(frame["REGION_TYPE"]) == {"STATE"} and set(frame["REGION_ID"]) == {"72"}
-    assert not list((tmp_path / "out").glob(".*.tmp-*"))
-    shutil.rmtree(data)
+        frame = _read(out, table)
+        if pass_name == "PR":
+            assert set(frame["REGION_TYPE"]) == {"STATE"} and set(frame["REGION_ID"]) == {"72"}
+        else:
+            assert set(frame["REGION_ID"]) == {"1", *states}
+    assert not list(out.glob(".*.tmp-*"))
