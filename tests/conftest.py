@@ -11,6 +11,10 @@ from das.offline import configure_offline
 
 configure_offline(prefect_home=Path(tempfile.mkdtemp(prefix="das-test-prefect-")))
 
+# One plugin module, hence one session-wide temporary Prefect server (a fixture imported into
+# several test modules would be a separate definition, and a separate server, in each).
+pytest_plugins = ("prefect_fixtures",)
+
 REPO = Path(__file__).resolve().parents[1]
 SHARED = REPO.parent / "shared"
 CENSUS_SPECS = SHARED / "census_specs"

@@ -1,7 +1,7 @@
 """The one session-wide temporary Prefect server of the test suite (DESIGN §8).
 
-Import the fixture into a test module that runs flows: ``from prefect_fixtures import
-prefect_server  # noqa: F401``. Every module shares the same server (one per session).
+Registered once as a plugin by ``conftest.py``; a test module that runs flows asks for it with
+``pytestmark = pytest.mark.usefixtures("prefect_server")``. Every module shares the same server.
 """
 
 from __future__ import annotations

@@ -21,7 +21,6 @@ configure_offline()
 
 from prefect.client.orchestration import get_client  # noqa: E402
 from prefect.client.schemas.filters import ArtifactFilter, ArtifactFilterKey  # noqa: E402
-from prefect_fixtures import prefect_server  # noqa: E402, F401
 
 import tasks.phsafe as phsafe_tasks  # noqa: E402
 from das.cli import main as das_main  # noqa: E402

@@ -20,7 +20,6 @@ configure_offline()
 
 from prefect.client.orchestration import get_client  # noqa: E402
 from prefect.client.schemas.filters import ArtifactFilter, ArtifactFilterKey  # noqa: E402
-from prefect_fixtures import prefect_server  # noqa: E402, F401
 
 import tasks.safetab_p as safetab_tasks  # noqa: E402
 from das.cli.run import main  # noqa: E402

@@ -13,7 +13,6 @@ configure_offline()
 
 from prefect.client.orchestration import get_client  # noqa: E402
 from prefect.client.schemas.filters import ArtifactFilter, ArtifactFilterKey  # noqa: E402
-from prefect_fixtures import prefect_server  # noqa: E402, F401
 from test_swapping_cli import MATCH, SWAP, write_unit_folder  # noqa: E402
 
 from flows.swap import swap_flow  # noqa: E402
