@@ -16,12 +16,10 @@ from das.offline import configure_offline
 
 configure_offline()
 
-from pathlib import Path  # noqa: E402
 from typing import Any  # noqa: E402
 
 from prefect import flow  # noqa: E402
 
-from das.postprocess.counts import INTERVALS  # noqa: E402
 from das.postprocess.phsafe import estimates_diagnostics  # noqa: E402
 from das.privacy.accounting import summarize  # noqa: E402
 from flows.runner import task_runner_from_env  # noqa: E402
@@ -29,6 +27,7 @@ from tasks.common import (  # noqa: E402
     audited_run,
     hash_inputs,
     publish_privacy_artifacts,
+    record_draws,
     start_run,
     validation_gate,
 )
@@ -46,7 +45,13 @@ PRODUCT = "phsafe"
 DEFAULT_DELTA = 1e-10
 
 
-@flow(name="phsafe", description="PHSafe (S-DHC) with estimates, audit and rerun-safe noise")
+# The task runner is read from the environment at import (deployment workers); `das run`
+# re-reads it per run with ``with_options``.
+@flow(
+    name="phsafe",
+    description="PHSafe (S-DHC) with estimates, audit and rerun-safe noise",
+    task_runner=task_runner_from_env(),
+)
 def phsafe_flow(
     config: str,
     data: str,
@@ -72,7 +77,7 @@ def phsafe_flow(
         "credible_interval": credible_interval,
     }
     folder, audit = start_run(PRODUCT, output, run_id, seed, parameters)
-    with audited_run(PRODUCT, folder, audit) as logger:
+    with audited_run(PRODUCT, folder, audit):
         with audit.stage("hash-inputs"):
             hash_inputs(audit, config, input_paths(config, data))
         validation_gate(PRODUCT, audit, config, data, folder, skip_validation)
@@ -83,11 +88,7 @@ def phsafe_flow(
                 measure_table_task.submit(inputs, table, folder, seed) for table in inputs.queries
             ]
             results = [future.result() for future in futures]
-            fresh = sum(len(result.fresh) for result in results)
-            reused = sum(len(result.reused) for result in results)
-            audit.update(draws={"fresh": fresh, "reused": reused})
-            logger.info("measured %d tables: %d draws, %d reused from the run folder",
-                        len(results), fresh, reused)  # fmt: skip
+            record_draws(audit, results, "tables")
         pass_name = inputs.config.pass_name
         accountant = pass_accountant(inputs, results)
         audit.update(
@@ -113,25 +114,3 @@ def phsafe_flow(
             publish_privacy_artifacts(PRODUCT, {pass_name: accountant}, delta)
     return audit.record
 
-
-if __name__ == "__main__":
-    import argparse
-
-    parser = argparse.ArgumentParser(description="Run the phsafe flow once, locally.")
-    parser.add_argument("--config", required=True)
-    parser.add_argument("--data", required=True)
-    parser.add_argument("--output", required=True)
-    parser.add_argument("--seed", type=int)
-    parser.add_argument("--run-id")
-    parser.add_argument("--skip-validation", action="store_true")
-    parser.add_argument("--credible-interval", choices=INTERVALS, default="equal-tailed")
-    args = parser.parse_args()
-    phsafe_flow.with_options(task_runner=task_runner_from_env())(
-        config=str(Path(args.config)),
-        data=args.data,
-        output=args.output,
-        seed=args.seed,
-        run_id=args.run_id,
-        skip_validation=args.skip_validation,
-        credible_interval=args.credible_interval,
-    )

@@ -26,6 +26,7 @@ from tasks.common import (  # noqa: E402
     audited_run,
     hash_inputs,
     publish_privacy_artifacts,
+    record_draws,
     start_run,
     validation_gate,
 )
@@ -45,7 +46,13 @@ PRODUCT = "safetab-p"
 DEFAULT_DELTA = 1e-10
 
 
-@flow(name="safetab-p", description="SafeTab-P (Detailed DHC-A) with audit and rerun-safe noise")
+# The task runner is read from the environment at import (deployment workers); `das run`
+# re-reads it per run with ``with_options``.
+@flow(
+    name="safetab-p",
+    description="SafeTab-P (Detailed DHC-A) with audit and rerun-safe noise",
+    task_runner=task_runner_from_env(),
+)
 def safetab_p_flow(
     config: str,
     data: str,
@@ -71,7 +78,7 @@ def safetab_p_flow(
         "coterminous": coterminous,
     }
     folder, audit = start_run(PRODUCT, output, run_id, seed, parameters)
-    with audited_run(PRODUCT, folder, audit) as logger:
+    with audited_run(PRODUCT, folder, audit):
         with audit.stage("hash-inputs"):
             extra = {Path(coterminous).name: Path(coterminous)} if coterminous else {}
             hash_inputs(audit, config, {**input_paths(config, data), **extra})
@@ -89,11 +96,7 @@ def safetab_p_flow(
                 for name, ctx in contexts.items()
             }
             results = {name: [f.result() for f in fs] for name, fs in futures.items()}
-            fresh = sum(len(r.fresh) for rs in results.values() for r in rs)
-            reused = sum(len(r.reused) for rs in results.values() for r in rs)
-            audit.update(draws={"fresh": fresh, "reused": reused})
-            logger.info("measured %d levels: %d draws, %d reused from the run folder",
-                        sum(map(len, results.values())), fresh, reused)  # fmt: skip
+            record_draws(audit, [r for rs in results.values() for r in rs], "levels")
         accountants: dict[str, PrivacyAccountant] = {
             name: pass_accountant(inputs.config, contexts[name], results[name]) for name in contexts
         }
@@ -122,23 +125,3 @@ def safetab_p_flow(
             publish_privacy_artifacts(PRODUCT, accountants, delta)
     return audit.record
 
-
-if __name__ == "__main__":
-    import argparse
-
-    parser = argparse.ArgumentParser(description="Run the safetab-p flow once, locally.")
-    parser.add_argument("--config", required=True)
-    parser.add_argument("--data", required=True)
-    parser.add_argument("--output", required=True)
-    parser.add_argument("--seed", type=int)
-    parser.add_argument("--run-id")
-    parser.add_argument("--skip-validation", action="store_true")
-    args = parser.parse_args()
-    safetab_p_flow.with_options(task_runner=task_runner_from_env())(
-        config=str(Path(args.config)),
-        data=args.data,
-        output=args.output,
-        seed=args.seed,
-        run_id=args.run_id,
-        skip_validation=args.skip_validation,
-    )

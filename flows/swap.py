@@ -64,23 +64,3 @@ def swap_flow(
     )
     return result
 
-
-if __name__ == "__main__":
-    import argparse
-
-    parser = argparse.ArgumentParser(description="Run the swap flow once, locally.")
-    parser.add_argument("--data", required=True)
-    parser.add_argument("--output", required=True)
-    parser.add_argument("--match", required=True)
-    parser.add_argument("--swap", required=True)
-    parser.add_argument("--rate", required=True)
-    parser.add_argument("--seed", type=int)
-    args = parser.parse_args()
-    swap_flow(
-        data_dir=args.data,
-        output=args.output,
-        match=[name for name in args.match.split(",") if name],
-        swap=[name for name in args.swap.split(",") if name],
-        rate=args.rate,
-        seed=args.seed,
-    )

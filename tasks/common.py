@@ -15,7 +15,7 @@ configure_offline()
 import contextlib  # noqa: E402
 import json  # noqa: E402
 import logging  # noqa: E402
-from collections.abc import Iterable, Iterator, Mapping, Sequence  # noqa: E402
+from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence  # noqa: E402
 from pathlib import Path  # noqa: E402
 from typing import Any  # noqa: E402
 
@@ -169,9 +169,7 @@ def stored_ledgers(folder: RunFolder) -> dict[str, Any]:
 
 
 @contextlib.contextmanager
-def audited_run(
-    product: str, folder: RunFolder, audit: AuditRecorder
-) -> Iterator[logging.LoggerAdapter]:
+def audited_run(product: str, folder: RunFolder, audit: AuditRecorder) -> Iterator[None]:
     """The body of a product flow: run log file, then ``audit.json`` and the audit artifact
     whatever happens (a failed run records its stage timings, its error *type* and the ledger
     partitions persisted so far)."""
@@ -180,7 +178,7 @@ def audited_run(
         rerun = audit.record["parameters"]["rerun"]
         logger.info("run %s (%s) of %s", folder.run_id, "rerun" if rerun else "new run", product)
         try:
-            yield logger
+            yield
         except BaseException as exc:
             if audit.record["ledger"] is None:
                 audit.update(ledger={"partitions": stored_ledgers(folder)})
@@ -191,6 +189,21 @@ def audited_run(
         record = audit.write("succeeded")
         publish_audit_artifact(product, record, AUDIT_HEADLINE)
         logger.info("run %s succeeded: audit in %s", folder.run_id, folder.audit_path)
+
+
+def found_inputs(
+    data_dir: str | Path, resolvers: Iterable[Callable[[str | Path], Path]]
+) -> dict[str, Path]:
+    """name → path of each input file a resolver finds in ``data_dir``; a missing or ambiguous
+    one is left out here (validation and the loader report it)."""
+    paths: dict[str, Path] = {}
+    for resolve in resolvers:
+        try:
+            path = resolve(data_dir)
+        except (FileNotFoundError, ValueError):
+            continue
+        paths[path.name] = path
+    return paths
 
 
 def hash_inputs(audit: AuditRecorder, config: str, inputs: Mapping[str, Path]) -> None:
@@ -247,6 +260,15 @@ def validation_gate(
                 f"{', '.join(summary['failed_checks'])}; report in "
                 f"{summary['report_dir']}; no noise was drawn"
             )
+
+
+def record_draws(audit: AuditRecorder, results: Sequence[Any], what: str) -> None:
+    """The measured partitions' fresh and reused draws, into the audit and the run log."""
+    fresh = sum(len(result.fresh) for result in results)
+    reused = sum(len(result.reused) for result in results)
+    audit.update(draws={"fresh": fresh, "reused": reused})
+    get_run_logger().info("measured %d %s: %d draws, %d reused from the run folder",
+                          len(results), what, fresh, reused)  # fmt: skip
 
 
 def combine_ledgers(

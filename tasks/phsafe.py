@@ -15,6 +15,7 @@ from das.offline import configure_offline
 configure_offline()
 
 from dataclasses import dataclass  # noqa: E402
+from functools import partial  # noqa: E402
 from pathlib import Path  # noqa: E402
 from typing import Any  # noqa: E402
 
@@ -46,7 +47,7 @@ from das.privacy.accounting import Measurement, PrivacyAccountant, compose  # no
 from das.runs.folder import RunFolder  # noqa: E402
 from das.runs.noise_store import NoiseStore, secure_streams, seeded_streams  # noqa: E402
 from das.specs.config import PHSafeConfig, load_phsafe_config  # noqa: E402
-from tasks.common import combine_ledgers  # noqa: E402
+from tasks.common import combine_ledgers, found_inputs  # noqa: E402
 
 
 @dataclass(frozen=True)
@@ -80,14 +81,8 @@ def table_partition(pass_name: str, table: str) -> str:
 
 def input_paths(config_path: str | Path, data_dir: str | Path) -> dict[str, Path]:
     """Every file a PHSafe run reads that exists: config, persons, units, geo."""
-    paths = {"config.json": Path(config_path)}
-    for spec in PHSAFE_INPUTS:
-        try:
-            path = resolve_input(data_dir, spec)
-        except (FileNotFoundError, ValueError):
-            continue
-        paths[path.name] = path
-    return paths
+    resolvers = [partial(resolve_input, spec=spec) for spec in PHSAFE_INPUTS]
+    return {"config.json": Path(config_path), **found_inputs(data_dir, resolvers)}
 
 
 @task(name="load-inputs", retries=2, retry_delay_seconds=2, cache_policy=NO_CACHE,

@@ -63,7 +63,7 @@ from das.specs.config import (  # noqa: E402
     load_safetab_p_config,
 )
 from das.specs.race_specs import RaceEthnicitySpecs, load_race_specs  # noqa: E402
-from tasks.common import combine_ledgers  # noqa: E402
+from tasks.common import combine_ledgers, found_inputs  # noqa: E402
 
 PASSES = ("US", "PR")
 TABLES = {"t1": T1_COLUMNS, "t2": T2_COLUMNS}
@@ -114,13 +114,7 @@ def input_paths(config_path: str | Path, data_dir: str | Path) -> dict[str, Path
     paths = {"config.json": config_path}
     for spec in sorted(config_path.parent.glob("*.txt")):
         paths[spec.name] = spec
-    for resolve in (person_records_path, grf_c_path):
-        try:
-            path = resolve(data_dir)
-        except (FileNotFoundError, ValueError):
-            continue
-        paths[path.name] = path
-    return paths
+    return {**paths, **found_inputs(data_dir, (person_records_path, grf_c_path))}
 
 
 @task(name="load-inputs", retries=2, retry_delay_seconds=2, cache_policy=NO_CACHE,

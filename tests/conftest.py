@@ -26,3 +26,20 @@ def census_specs() -> Path:
     if not CENSUS_SPECS.is_dir():
         pytest.skip("../shared/census_specs is not available")
     return CENSUS_SPECS
+
+
+@pytest.fixture
+def count_samples(monkeypatch: pytest.MonkeyPatch) -> list[str]:
+    """Every call of a mechanism's sampler (by mechanism class name): proves draws or none."""
+    from das.privacy.mechanisms import DiscreteGaussianMechanism, GeometricMechanism
+
+    calls: list[str] = []
+    for cls in (DiscreteGaussianMechanism, GeometricMechanism):
+        original = cls.sample
+
+        def counting(self, size, rng=None, _original=original):
+            calls.append(type(self).__name__)
+            return _original(self, size, rng)
+
+        monkeypatch.setattr(cls, "sample", counting)
+    return calls

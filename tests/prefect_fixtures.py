@@ -6,12 +6,17 @@ Registered once as a plugin by ``conftest.py``; a test module that runs flows as
 
 from __future__ import annotations
 
+import json
+from pathlib import Path
+
 import pytest
 
 from das.offline import configure_offline
 
 configure_offline()
 
+from prefect.client.orchestration import get_client  # noqa: E402
+from prefect.client.schemas.filters import ArtifactFilter, ArtifactFilterKey  # noqa: E402
 from prefect.testing.utilities import prefect_test_harness  # noqa: E402
 
 
@@ -20,3 +25,26 @@ def prefect_server():
     """A temporary Prefect API and database for the whole session."""
     with prefect_test_harness(server_startup_timeout=120):
         yield
+
+
+def artifacts(key: str) -> list:
+    """The artifacts stored under ``key`` on the session's Prefect server."""
+    with get_client(sync_client=True) as client:
+        return client.read_artifacts(
+            artifact_filter=ArtifactFilter(key=ArtifactFilterKey(any_=[key]))
+        )
+
+
+def assert_rejected_before_noise(output: Path, run_id: str, samples: list[str]) -> dict:
+    """A run stopped by validation: no sampler call, no noise or ledger file, a failed audit
+    naming ValidationFailed, and the validation report left for the curator. The audit."""
+    from das.runs.folder import RunFolder
+
+    assert samples == []
+    folder = RunFolder(output, run_id)
+    assert list(folder.noise_dir.glob("*")) == [] and list(folder.ledger_dir.glob("*")) == []
+    audit = json.loads((output / "audit.json").read_text())
+    assert audit["status"] == "failed" and audit["error_type"] == "ValidationFailed"
+    assert audit["validation"]["ok"] is False and audit["validation"]["errors"] > 0
+    assert (folder.validation_dir / "report.json").is_file()
+    return audit

@@ -19,8 +19,7 @@ from das.offline import configure_offline
 
 configure_offline()
 
-from prefect.client.orchestration import get_client  # noqa: E402
-from prefect.client.schemas.filters import ArtifactFilter, ArtifactFilterKey  # noqa: E402
+from prefect_fixtures import artifacts, assert_rejected_before_noise  # noqa: E402
 
 import tasks.phsafe as phsafe_tasks  # noqa: E402
 from das.cli import main as das_main  # noqa: E402
@@ -28,7 +27,6 @@ from das.io.phsafe import input_paths, read_geo, read_persons, read_units  # noq
 from das.io.writers import file_sha256  # noqa: E402
 from das.phsafe.engine import run_phsafe, write_release  # noqa: E402
 from das.phsafe.plan import plan_phsafe  # noqa: E402
-from das.privacy.mechanisms import DiscreteGaussianMechanism, GeometricMechanism  # noqa: E402
 from das.runs.audit import AUDIT_KEYS  # noqa: E402
 from das.runs.folder import RunFolder  # noqa: E402
 from das.specs.config import load_phsafe_config  # noqa: E402
@@ -50,21 +48,6 @@ def thread_runner(monkeypatch: pytest.MonkeyPatch) -> None:
     """Prefect's thread pool, not a Dask cluster (one test opts back into Dask)."""
     monkeypatch.delenv("DAS_DASK_ADDRESS", raising=False)
     monkeypatch.setenv("DAS_TASK_RUNNER", "threads")
-
-
-@pytest.fixture
-def count_samples(monkeypatch: pytest.MonkeyPatch) -> list[str]:
-    """Every call of a mechanism's sampler."""
-    calls: list[str] = []
-    for cls in (DiscreteGaussianMechanism, GeometricMechanism):
-        original = cls.sample
-
-        def counting(self, size, rng=None, _original=original):
-            calls.append(type(self).__name__)
-            return _original(self, size, rng)
-
-        monkeypatch.setattr(cls, "sample", counting)
-    return calls
 
 
 @pytest.fixture(scope="module")
@@ -105,13 +88,6 @@ def _infinite(config: Path, target: Path) -> Path:
     return target
 
 
-def _artifacts(key: str) -> list:
-    with get_client(sync_client=True) as client:
-        return client.read_artifacts(
-            artifact_filter=ArtifactFilter(key=ArtifactFilterKey(any_=[key]))
-        )
-
-
 def _read(out: Path, name: str) -> pd.DataFrame:
     return pd.read_csv(out / name / f"{name}.txt", sep="|", dtype={"REGION_ID": str})
 
@@ -129,14 +105,8 @@ def test_toy_inputs_are_rejected_by_validation_before_any_noise(
 ) -> None:
     out = tmp_path / "out"
     assert _run(TOY / "config_zcdp.json", TOY, out, "--seed", "1", "--run-id", "v") == 1
-    assert count_samples == []
-    folder = RunFolder(out, "v")
-    assert list(folder.noise_dir.glob("*")) == [] and list(folder.ledger_dir.glob("*")) == []
-    audit = json.loads((out / "audit.json").read_text())
-    assert audit["status"] == "failed" and audit["error_type"] == "ValidationFailed"
-    assert audit["validation"]["ok"] is False and audit["validation"]["errors"] > 0
+    audit = assert_rejected_before_noise(out, "v", count_samples)
     assert audit["ledger"] == {"partitions": {}} and audit["outputs"] is None
-    assert (folder.validation_dir / "report.json").is_file()
     assert not list(out.glob("PH*"))
 
 
@@ -230,10 +200,10 @@ def test_seeded_demo_run_writes_tables_estimates_audit_and_artifacts(
     assert total["ESTIMATE"].between(1, tau).all()
     assert (total["CI_LOWER_90"] <= total["ESTIMATE"]).all()
 
-    table = _artifacts("phsafe-privacy-us")
+    table = artifacts("phsafe-privacy-us")
     assert table and "moe" in table[0].data
-    assert "bounded_rho" in _artifacts("phsafe-privacy-totals")[0].data
-    assert "succeeded" in _artifacts("phsafe-audit")[0].data
+    assert "bounded_rho" in artifacts("phsafe-privacy-totals")[0].data
+    assert "succeeded" in artifacts("phsafe-audit")[0].data
 
 
 def test_killed_run_reruns_without_redrawing(

@@ -18,14 +18,12 @@ from das.offline import configure_offline
 
 configure_offline()
 
-from prefect.client.orchestration import get_client  # noqa: E402
-from prefect.client.schemas.filters import ArtifactFilter, ArtifactFilterKey  # noqa: E402
+from prefect_fixtures import artifacts, assert_rejected_before_noise  # noqa: E402
 
 import tasks.safetab_p as safetab_tasks  # noqa: E402
 from das.cli.run import main  # noqa: E402
 from das.io.safetab_p import read_grf_c, read_person_records  # noqa: E402
 from das.io.writers import file_sha256  # noqa: E402
-from das.privacy.mechanisms import DiscreteGaussianMechanism, GeometricMechanism  # noqa: E402
 from das.runs.audit import AUDIT_KEYS  # noqa: E402
 from das.runs.folder import RunFolder  # noqa: E402
 from das.safetab_p.engine import run_safetab_p, write_release  # noqa: E402
@@ -67,28 +65,6 @@ def _params(tmp_path: Path, infinite: bool = False) -> Path:
 def _run(config: Path, output: Path, *extra: str) -> int:
     argv = ["run", "safetab-p", "--config", str(config), "--data", str(TOY), "--output"]
     return main([*argv, str(output), *extra])
-
-
-@pytest.fixture
-def count_samples(monkeypatch: pytest.MonkeyPatch) -> list[str]:
-    """Every call of a mechanism's sampler, by measurement-independent mechanism repr."""
-    calls: list[str] = []
-    for cls in (DiscreteGaussianMechanism, GeometricMechanism):
-        original = cls.sample
-
-        def counting(self, size, rng=None, _original=original):
-            calls.append(type(self).__name__)
-            return _original(self, size, rng)
-
-        monkeypatch.setattr(cls, "sample", counting)
-    return calls
-
-
-def _artifacts(key: str) -> list:
-    with get_client(sync_client=True) as client:
-        return client.read_artifacts(
-            artifact_filter=ArtifactFilter(key=ArtifactFilterKey(any_=[key]))
-        )
 
 
 def test_infinite_budget_run_equals_the_engine_exact_counts(tmp_path: Path) -> None:
@@ -143,9 +119,9 @@ def test_seeded_run_writes_tables_audit_and_artifacts(
     folder = RunFolder(out, "seeded-1")
     assert len(list(folder.noise_dir.glob("*.npy"))) == len(ledger)
     assert "measured" in folder.log_path.read_text()
-    table = _artifacts("safetab-p-privacy-us")
+    table = artifacts("safetab-p-privacy-us")
     assert table and "moe" in table[0].data
-    assert "bounded_rho" in _artifacts("safetab-p-privacy-totals")[0].data
+    assert "bounded_rho" in artifacts("safetab-p-privacy-totals")[0].data
 
 
 def test_killed_run_reruns_without_redrawing(
@@ -199,13 +175,7 @@ def test_invalid_inputs_exit_1_before_any_noise(tmp_path: Path, count_samples: l
     out = tmp_path / "out"
     argv = ["run", "safetab-p", "--config", str(_params(tmp_path)), "--data", str(data)]
     assert main([*argv, "--output", str(out), "--seed", "1", "--run-id", "v"]) == 1
-    assert count_samples == []
-    folder = RunFolder(out, "v")
-    assert list(folder.noise_dir.glob("*")) == [] and list(folder.ledger_dir.glob("*")) == []
-    audit = json.loads((out / "audit.json").read_text())
-    assert audit["status"] == "failed" and audit["error_type"] == "ValidationFailed"
-    assert audit["validation"]["ok"] is False and audit["validation"]["errors"] > 0
-    assert (folder.validation_dir / "report.json").is_file()
+    assert_rejected_before_noise(out, "v", count_samples)
     assert not (out / "t1").exists()
 
 

@@ -39,3 +39,20 @@ def test_entrypoint_and_parameters_match_the_flow(deployment: dict) -> None:
     assert required <= given, required - given
     assert "seed" not in given  # production deployments never fix the noise
     assert deployment["work_pool"]["name"]
+
+
+@pytest.mark.parametrize(
+    "deployment",
+    [d for d in _deployments() if "production" in d.get("tags", [])],
+    ids=lambda d: d["name"],
+)
+def test_production_flows_run_their_tasks_on_dask(
+    deployment: dict, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A worker runs the entrypoint as imported: its default task runner must be Dask."""
+    from prefect_dask import DaskTaskRunner
+
+    monkeypatch.delenv("DAS_TASK_RUNNER", raising=False)
+    path, name = deployment["entrypoint"].split(":")
+    module = importlib.reload(importlib.import_module(path.removesuffix(".py").replace("/", ".")))
+    assert isinstance(getattr(module, name).task_runner, DaskTaskRunner)

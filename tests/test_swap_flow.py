@@ -11,21 +11,13 @@ from das.offline import configure_offline
 
 configure_offline()
 
-from prefect.client.orchestration import get_client  # noqa: E402
-from prefect.client.schemas.filters import ArtifactFilter, ArtifactFilterKey  # noqa: E402
+from prefect_fixtures import artifacts  # noqa: E402
 from test_swapping_cli import MATCH, SWAP, write_unit_folder  # noqa: E402
 
 from flows.swap import swap_flow  # noqa: E402
 from tasks.swap import REPORT_ARTIFACT_KEY  # noqa: E402
 
 pytestmark = pytest.mark.usefixtures("prefect_server")
-
-
-def _artifacts(key: str) -> list:
-    with get_client(sync_client=True) as client:
-        return client.read_artifacts(
-            artifact_filter=ArtifactFilter(key=ArtifactFilterKey(any_=[key]))
-        )
 
 
 def test_swap_flow_writes_outputs_and_a_report_artifact(tmp_path: Path) -> None:
@@ -42,9 +34,9 @@ def test_swap_flow_writes_outputs_and_a_report_artifact(tmp_path: Path) -> None:
     assert result["invariants_exact"] is True and result["records"] == 200
     report = json.loads((out / "report.json").read_text())
     assert report["b"] == result["b"] and report["randomness"]["seed"] == 5
-    artifacts = _artifacts(REPORT_ARTIFACT_KEY)
-    assert artifacts, "no markdown artifact was created"
-    assert "## Invariants" in artifacts[0].data and f"b = {result['b']}" in artifacts[0].data
+    posted = artifacts(REPORT_ARTIFACT_KEY)
+    assert posted, "no markdown artifact was created"
+    assert "## Invariants" in posted[0].data and f"b = {result['b']}" in posted[0].data
 
 
 def test_swap_flow_fails_before_writing_on_bad_input(tmp_path: Path) -> None:
