@@ -17,6 +17,7 @@ configure_offline()
 
 from prefect.client.orchestration import get_client  # noqa: E402
 from prefect.client.schemas.filters import ArtifactFilter, ArtifactFilterKey  # noqa: E402
+from prefect.client.schemas.sorting import ArtifactSort  # noqa: E402
 from prefect.testing.utilities import prefect_test_harness  # noqa: E402
 
 
@@ -28,10 +29,14 @@ def prefect_server():
 
 
 def artifacts(key: str) -> list:
-    """The artifacts stored under ``key`` on the session's Prefect server."""
+    """The artifacts stored under ``key`` on the session's Prefect server, newest first.
+
+    The server is shared by the whole session, so earlier tests' runs leave artifacts under
+    the same key; callers look at ``[0]``, the one their own run just published."""
     with get_client(sync_client=True) as client:
         return client.read_artifacts(
-            artifact_filter=ArtifactFilter(key=ArtifactFilterKey(any_=[key]))
+            artifact_filter=ArtifactFilter(key=ArtifactFilterKey(any_=[key])),
+            sort=ArtifactSort.CREATED_DESC,
         )
 
 

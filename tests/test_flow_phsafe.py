@@ -203,7 +203,7 @@ def test_seeded_demo_run_writes_tables_estimates_audit_and_artifacts(
     table = artifacts("phsafe-privacy-us")
     assert table and "moe" in table[0].data
     assert "bounded_rho" in artifacts("phsafe-privacy-totals")[0].data
-    assert "succeeded" in artifacts("phsafe-audit")[0].data
+    assert "run demo-1: succeeded" in artifacts("phsafe-audit")[0].data
 
 
 def test_killed_run_reruns_without_redrawing(
