@@ -2,12 +2,14 @@
 statistical postprocessing → write → audit.
 
 The Prefect face of ``das run phsafe`` (one pass per config: ``state_filter ["72"]`` is Puerto
-Rico, else the US). Each table (truncate-and-join once, then its queries) is a task, run in
-parallel on the task runner (:func:`flows.runner.task_runner_from_env`). Every draw is persisted
-in ``<output>/.run/<run-id>/`` with its ledger entry, so a rerun with the same run id reuses
-the noise already drawn and never spends budget twice; the postprocessing seed is persisted
-too, so the resumed release equals an uninterrupted one. ``audit.json`` is written at the end
-of every run, failed ones included. ``seed`` is for tests and demos only.
+Rico, else the US). The records are read by a task on the cluster and stay there; each table
+(truncate-and-join once, then its queries) is a task, run in parallel on the task runner
+(:func:`flows.runner.task_runner_from_env`), that gets the records from the cluster. Every
+draw is persisted in ``<output>/.run/<run-id>/`` with its ledger entry, so a rerun with the
+same run id reuses the noise already drawn and never spends budget twice; the
+postprocessing seed is persisted too, so the resumed release equals an uninterrupted one.
+``audit.json`` is written at the end of every run, failed ones included. ``seed`` is for
+tests and demos only.
 """
 
 from __future__ import annotations
@@ -30,13 +32,15 @@ from tasks.common import (  # noqa: E402
     record_draws,
     start_run,
     validation_gate,
+    wait_in_cluster,
 )
 from tasks.phsafe import (  # noqa: E402
     derived_tables,
     input_paths,
-    load_inputs,
+    load_records,
     measure_table_task,
     pass_accountant,
+    plan_pass,
     postprocess_task,
     write_outputs,
 )
@@ -82,15 +86,18 @@ def phsafe_flow(
             hash_inputs(audit, config, input_paths(config, data))
         validation_gate(PRODUCT, audit, config, data, folder, skip_validation)
         with audit.stage("load"):
-            inputs = load_inputs(str(config), str(data))
+            plan = plan_pass(str(config))
+            records = load_records.submit(plan.config, str(data))
+            wait_in_cluster(records)
         with audit.stage("measure"):
             futures = [
-                measure_table_task.submit(inputs, table, folder, seed) for table in inputs.queries
+                measure_table_task.submit(plan.config, table, queries, records, folder, seed)
+                for table, queries in plan.queries.items()
             ]
             results = [future.result() for future in futures]
             record_draws(audit, results, "tables")
-        pass_name = inputs.config.pass_name
-        accountant = pass_accountant(inputs, results)
+        pass_name = plan.config.pass_name
+        accountant = pass_accountant(plan, results)
         audit.update(
             ledger={pass_name: accountant.to_dict()},
             totals={pass_name: summarize(accountant, delta).to_dict()},
@@ -98,9 +105,7 @@ def phsafe_flow(
         with audit.stage("postprocess"):
             tables = derived_tables(results)
             postprocess_seed = seed if seed is not None else folder.persistent_seed("postprocess")
-            estimates = postprocess_task(
-                tables, inputs.config, postprocess_seed, credible_interval
-            )
+            estimates = postprocess_task(tables, plan.config, postprocess_seed, credible_interval)
             audit.update(
                 postprocessing={
                     "seed": postprocess_seed,
@@ -113,4 +118,3 @@ def phsafe_flow(
         with audit.stage("artifacts"):
             publish_privacy_artifacts(PRODUCT, {pass_name: accountant}, delta)
     return audit.record
-

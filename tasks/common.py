@@ -15,13 +15,16 @@ configure_offline()
 import contextlib  # noqa: E402
 import json  # noqa: E402
 import logging  # noqa: E402
+import operator  # noqa: E402
 from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence  # noqa: E402
 from pathlib import Path  # noqa: E402
 from typing import Any  # noqa: E402
 
+import distributed  # noqa: E402
 from prefect import get_run_logger, task  # noqa: E402
 from prefect.artifacts import create_markdown_artifact, create_table_artifact  # noqa: E402
 from prefect.cache_policies import NO_CACHE  # noqa: E402
+from prefect.futures import PrefectFuture  # noqa: E402
 
 from das.io.writers import file_sha256  # noqa: E402
 from das.privacy.accounting import Measurement, PrivacyAccountant, compose, summarize  # noqa: E402
@@ -189,6 +192,28 @@ def audited_run(product: str, folder: RunFolder, audit: AuditRecorder) -> Iterat
         record = audit.write("succeeded")
         publish_audit_artifact(product, record, AUDIT_HEADLINE)
         logger.info("run %s succeeded: audit in %s", folder.run_id, folder.audit_path)
+
+
+def wait_in_cluster(future: PrefectFuture[Any]) -> None:
+    """Wait for a submitted task without bringing its result to the flow process; raise its
+    own error when it failed.
+
+    On a Dask task runner the result (e.g. the confidential records every table is counted
+    from) stays on the worker that computed it, and the tasks that take the future as a
+    parameter get it from the cluster: at most once per worker, never once per task. Whether
+    the task completed is computed where its state lives, so only a boolean travels; other
+    task runners hold their results in this process anyway.
+    """
+    wrapped = getattr(future, "wrapped_future", None)
+    if isinstance(wrapped, distributed.Future):
+        check = wrapped.client.submit(operator.methodcaller("is_completed"), wrapped, pure=False)
+        completed = bool(check.result())
+    else:
+        future.wait()
+        completed = future.state.is_completed()
+    if not completed:
+        future.result()  # a failed task's state holds its exception: re-raised here
+        raise RuntimeError(f"task run {future.task_run_id} did not complete")
 
 
 def found_inputs(

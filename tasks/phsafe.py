@@ -1,5 +1,5 @@
-"""Prefect tasks of the PHSafe flow: load → measure one table (truncate-and-join, every query)
-→ statistical postprocessing → write.
+"""Prefect tasks of the PHSafe flow: plan → load records → measure one table (truncate-and-join,
+every query) → statistical postprocessing → write.
 
 Each task calls the engine (:mod:`das.phsafe`, :mod:`das.postprocess`); this module adds
 retries on I/O, progress logs (counts of tables, queries and rows, never values) and the
@@ -51,12 +51,11 @@ from tasks.common import combine_ledgers, found_inputs  # noqa: E402
 
 
 @dataclass(frozen=True)
-class PHSafeInputs:
-    """The pass's config, its plan by table, and the records every table is counted from."""
+class PHSafePlan:
+    """The pass's config and its planned queries by table (public: no record is read)."""
 
     config: PHSafeConfig
     queries: dict[str, tuple[Measurement, ...]]
-    records: PreparedRecords
 
     @property
     def plan(self) -> tuple[Measurement, ...]:
@@ -85,34 +84,49 @@ def input_paths(config_path: str | Path, data_dir: str | Path) -> dict[str, Path
     return {"config.json": Path(config_path), **found_inputs(data_dir, resolvers)}
 
 
-@task(name="load-inputs", retries=2, retry_delay_seconds=2, cache_policy=NO_CACHE,
+@task(name="plan-pass", retries=2, retry_delay_seconds=2, cache_policy=NO_CACHE,
       persist_result=False)  # fmt: skip
-def load_inputs(config_path: str, data_dir: str) -> PHSafeInputs:
-    """Read config and the three input files; keep the pass's in-universe records; plan."""
+def plan_pass(config_path: str) -> PHSafePlan:
+    """Read the config and plan the pass's queries, grouped by table."""
     config = load_phsafe_config(config_path)
+    queries = {t: tuple(ms) for t, ms in queries_by_table(plan_phsafe(config)).items()}
+    get_run_logger().info(
+        "pass %s: %d tables, %d planned queries",
+        config.pass_name, len(queries), sum(map(len, queries.values())),
+    )  # fmt: skip
+    return PHSafePlan(config, queries)
+
+
+@task(name="load-records", retries=2, retry_delay_seconds=2, cache_policy=NO_CACHE,
+      persist_result=False)  # fmt: skip
+def load_records(config: PHSafeConfig, data_dir: str) -> PreparedRecords:
+    """Read the three input files and keep the pass's in-universe records.
+
+    Submitted, not called: on a Dask cluster the records are read on a worker and stay in
+    the cluster (:func:`tasks.common.wait_in_cluster`)."""
     paths = data_paths(data_dir)
     persons = read_persons(paths["persons"])
     units = read_units(paths["units"])
     geo = read_geo(paths["geo"])
-    records = prepare_records(config, persons, units, geo)
-    queries = {t: tuple(ms) for t, ms in queries_by_table(plan_phsafe(config)).items()}
     # File row counts only: the in-universe counts (occupied units, persons in them) are true
     # counts of released tables and stay out of the log.
     get_run_logger().info(
-        "pass %s: read %d persons, %d units, %d geo rows; %d tables, %d planned queries",
-        config.pass_name, len(persons), len(units), len(geo), len(queries),
-        sum(map(len, queries.values())),
+        "pass %s: read %d persons, %d units, %d geo rows",
+        config.pass_name, len(persons), len(units), len(geo),
     )  # fmt: skip
-    return PHSafeInputs(config, queries, records)
+    return prepare_records(config, persons, units, geo)
 
 
 @task(name="measure-table", cache_policy=NO_CACHE, persist_result=False)
 def measure_table_task(
-    inputs: PHSafeInputs, table: str, folder: RunFolder, seed: int | None
+    config: PHSafeConfig,
+    table: str,
+    measurements: tuple[Measurement, ...],
+    records: PreparedRecords,
+    folder: RunFolder,
+    seed: int | None,
 ) -> TableResult:
     """Truncate-and-join, then every query of one table through its persisted noise store."""
-    config = inputs.config
-    measurements = list(inputs.queries[table])
     partition = table_partition(config.pass_name, table)
     store = NoiseStore.open(
         folder,
@@ -121,7 +135,7 @@ def measure_table_task(
         compose(measurements),
         secure_streams() if seed is None else seeded_streams(seed),
     )
-    frame = measure_table(table, measurements, config, inputs.records, store, store.accountant)
+    frame = measure_table(table, list(measurements), config, records, store, store.accountant)
     get_run_logger().info(
         "table %s measured: %d queries, %d rows; %d draws now, %d reused",
         partition, len(measurements), len(frame), len(store.fresh), len(store.reused),
@@ -131,10 +145,10 @@ def measure_table_task(
     )
 
 
-def pass_accountant(inputs: PHSafeInputs, results: list[TableResult]) -> PrivacyAccountant:
+def pass_accountant(plan: PHSafePlan, results: list[TableResult]) -> PrivacyAccountant:
     """The pass's ledger: every table's queries composed sequentially under the pass total."""
     return combine_ledgers(
-        inputs.config.privacy_defn.value, inputs.plan, [result.ledger for result in results]
+        plan.config.privacy_defn.value, plan.plan, [result.ledger for result in results]
     )
 
 

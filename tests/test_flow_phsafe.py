@@ -314,3 +314,44 @@ def test_2020_production_configs_run(tmp_path: Path, pass_name: str) -> None:
         else:
             assert set(frame["REGION_ID"]) == {"1", *states}
     assert not list(out.glob(".*.tmp-*"))
+
+
+def test_worker_processes_release_what_threads_release(
+    tmp_path: Path, small_data: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Production mode: with a Prefect API configured, the tables run on two Dask worker
+    processes that get the records from the cluster (read there by the load task); the
+    release is byte-identical to the in-process thread run with the same seed."""
+    import prefect.settings
+
+    config = small_data / "config.json"
+    args = ("--skip-validation", "--seed", "6")
+    assert _run(config, small_data, tmp_path / "threads", *args) == 0
+    monkeypatch.delenv("DAS_TASK_RUNNER")
+    monkeypatch.setenv("PREFECT_API_URL", str(prefect.settings.PREFECT_API_URL.value()))
+    from flows.runner import task_runner_from_env
+
+    assert task_runner_from_env().cluster_kwargs["processes"] is True
+    out = tmp_path / "processes"
+    assert _run(config, small_data, out, *args) == 0
+    audit = json.loads((out / "audit.json").read_text())
+    assert audit["status"] == "succeeded"
+    assert audit["draws"] == {"fresh": len(plan_phsafe(load_phsafe_config(config))), "reused": 0}
+    assert _release_bytes(out) == _release_bytes(tmp_path / "threads")
+
+
+def test_a_load_failure_stops_the_run_with_its_own_error(
+    tmp_path: Path, small_data: Path, count_samples: list[str]
+) -> None:
+    """The records are read by a submitted task; when it fails, the run fails with that
+    task's error (not as "upstream not ready"), in the load stage, before any draw."""
+    data = tmp_path / "data"
+    data.mkdir()
+    for name in ("persons.csv", "geo.csv"):
+        (data / name).write_bytes((small_data / name).read_bytes())
+    out = tmp_path / "out"
+    assert _run(small_data / "config.json", data, out, "--skip-validation", "--run-id", "f") == 1
+    audit = json.loads((out / "audit.json").read_text())
+    assert audit["status"] == "failed" and audit["error_type"] == "FileNotFoundError"
+    assert "load" in audit["timings"] and "measure" not in audit["timings"]
+    assert count_samples == [] and not list(RunFolder(out, "f").noise_dir.glob("*"))
