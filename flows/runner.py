@@ -37,5 +37,8 @@ def task_runner_from_env(workers: int = 2) -> TaskRunner:
         "dashboard_address": ":0",
     }
     if processes:
-        kwargs["memory_limit"] = "2GiB"
+        # Dask's default: the machine's memory shared between the workers. A worker holds the
+        # pass's records and one table's truncate-and-join (1.8 GiB at 10 M persons); a fixed
+        # small limit would have the nanny kill it mid-table.
+        kwargs["memory_limit"] = "auto"
     return DaskTaskRunner(cluster_kwargs=kwargs)

@@ -90,7 +90,7 @@ def safetab_p_flow(
         with audit.stage("measure"):
             futures = {
                 name: [
-                    measure_level_task.submit(inputs, ctx, level, folder, seed)
+                    measure_level_task.submit(inputs.config, inputs.specs, ctx, level, folder, seed)
                     for level in ctx.levels
                 ]
                 for name, ctx in contexts.items()

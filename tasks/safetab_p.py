@@ -166,28 +166,32 @@ def prepare_pass(
 
 @task(name="measure-level", cache_policy=NO_CACHE, persist_result=False)
 def measure_level_task(
-    inputs: SafeTabPInputs,
+    config: SafeTabPConfig,
+    specs: RaceEthnicitySpecs,
     context: PassContext,
     level: PopulationGroupLevel,
     folder: RunFolder,
     seed: int | None,
 ) -> LevelResult:
-    """Two-stage measurement of one level; draws go through the level's persisted noise store."""
+    """Two-stage measurement of one level; draws go through the level's persisted noise store.
+
+    Takes the pass's aggregated records (``context``), never the person file itself: on a
+    Dask cluster every argument is shipped to the worker that runs the level."""
     partition = level_partition(context.pass_name, level)
     planned = {str(m.metadata["stage"]): m for m in context.plan if m.partition == partition}
     store = NoiseStore.open(
         folder,
         partition,
-        inputs.config.privacy_defn.value,
+        config.privacy_defn.value,
         compose(planned.values()),
         secure_streams() if seed is None else seeded_streams(seed),
     )
     key = (level.iteration_level, level.geography.is_state_or_above)
-    selected = iteration_filter(inputs.specs, *key)
+    selected = iteration_filter(specs, *key)
     incidence = combination_incidence(
-        inputs.specs, context.agg.race_codes, context.agg.qspan, selected
+        specs, context.agg.race_codes, context.agg.qspan, selected
     )
-    codes = inputs.specs.iteration_code[selected.index].astype(np.int64)
+    codes = specs.iteration_code[selected.index].astype(np.int64)
     measured = measure_level(
         context.agg,
         context.entities[level.geography],
@@ -195,7 +199,7 @@ def measure_level_task(
         codes,
         incidence,
         planned,
-        inputs.config.thresholds.get(level),
+        config.thresholds.get(level),
         store,
         store.accountant,
     )
