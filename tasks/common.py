@@ -205,14 +205,12 @@ def wait_in_cluster(future: PrefectFuture[Any]) -> None:
     task runners hold their results in this process anyway.
     """
     wrapped = getattr(future, "wrapped_future", None)
-    if isinstance(wrapped, distributed.Future):
-        check = wrapped.client.submit(operator.methodcaller("is_completed"), wrapped, pure=False)
-        completed = bool(check.result())
-    else:
-        future.wait()
-        completed = future.state.is_completed()
-    if not completed:
-        future.result()  # a failed task's state holds its exception: re-raised here
+    if not isinstance(wrapped, distributed.Future):
+        future.result()  # already in this process; raises the task's error if it failed
+        return
+    check = wrapped.client.submit(operator.methodcaller("is_completed"), wrapped, pure=False)
+    if not check.result():
+        future.result()  # a state that did not complete re-raises the task's own error
         raise RuntimeError(f"task run {future.task_run_id} did not complete")
 
 

@@ -340,11 +340,19 @@ def test_worker_processes_release_what_threads_release(
     assert _release_bytes(out) == _release_bytes(tmp_path / "threads")
 
 
+@pytest.mark.parametrize("runner", ["threads", "dask"])
 def test_a_load_failure_stops_the_run_with_its_own_error(
-    tmp_path: Path, small_data: Path, count_samples: list[str]
+    tmp_path: Path,
+    small_data: Path,
+    count_samples: list[str],
+    monkeypatch: pytest.MonkeyPatch,
+    runner: str,
 ) -> None:
     """The records are read by a submitted task; when it fails, the run fails with that
-    task's error (not as "upstream not ready"), in the load stage, before any draw."""
+    task's error (not as "upstream not ready"), in the load stage, before any draw. On Dask
+    the failure is seen without fetching the task's result (tasks.common.wait_in_cluster)."""
+    if runner == "dask":
+        monkeypatch.delenv("DAS_TASK_RUNNER")
     data = tmp_path / "data"
     data.mkdir()
     for name in ("persons.csv", "geo.csv"):
