@@ -38,7 +38,7 @@ def task_runner_from_env(workers: int = 2) -> TaskRunner:
     }
     if processes:
         # Dask's default: the machine's memory shared between the workers. A worker holds the
-        # pass's records and one table's truncate-and-join (1.8 GiB at 10 M persons); a fixed
+        # pass's records and one table's truncate-and-join (1.9 GiB at 10 M persons); a fixed
         # small limit would have the nanny kill it mid-table.
         kwargs["memory_limit"] = "auto"
     return DaskTaskRunner(cluster_kwargs=kwargs)
