@@ -1,15 +1,16 @@
 """The ``phsafe`` flow: validate → load → measure tables (in parallel) → derived tables →
-statistical postprocessing → write → audit.
+statistical postprocessing → write → publish.
 
 The Prefect face of ``das run phsafe`` (one pass per config: ``state_filter ["72"]`` is Puerto
-Rico, else the US). The records are read by a task on the cluster and stay there; each table
-(truncate-and-join once, then its queries) is a task, run in parallel on the task runner
-(:func:`flows.runner.task_runner_from_env`), that gets the records from the cluster. Every
-draw is persisted in ``<output>/.run/<run-id>/`` with its ledger entry, so a rerun with the
-same run id reuses the noise already drawn and never spends budget twice; the
-postprocessing seed is persisted too, so the resumed release equals an uninterrupted one.
-``audit.json`` is written at the end of every run, failed ones included. ``seed`` is for
-tests and demos only.
+Rico, else the US). :func:`tasks.run_context.release_run` first checks the production policy,
+the output lock, the identity of a resumed run and the dataset's privacy ledger. The records are
+read by a task on the cluster and stay there; each table (truncate-and-join once, then its
+queries) is a task, run in parallel on the task runner, that gets the records from the cluster.
+Every draw is persisted in ``OUT.das/runs/<run-id>/`` with its ledger entry, so a rerun with the
+same run id (by default the Prefect flow-run id: Prefect's Retry) reuses the noise already drawn
+and never spends budget twice; the postprocessing seed is persisted too, so the resumed release
+equals an uninterrupted one. The release is built in a staging folder and renamed into ``OUT``
+whole. ``seed`` is for tests and demos only (refused under ``DAS_PRODUCTION=1``).
 """
 
 from __future__ import annotations
@@ -25,25 +26,19 @@ from prefect import flow  # noqa: E402
 from das.postprocess.phsafe import estimates_diagnostics  # noqa: E402
 from das.privacy.accounting import summarize  # noqa: E402
 from flows.runner import task_runner_from_env  # noqa: E402
-from tasks.common import (  # noqa: E402
-    audited_run,
-    hash_inputs,
-    publish_privacy_artifacts,
-    record_draws,
-    start_run,
-    validation_gate,
-    wait_in_cluster,
-)
+from tasks.common import record_draws, validation_gate, wait_in_cluster  # noqa: E402
 from tasks.phsafe import (  # noqa: E402
     derived_tables,
-    input_paths,
     load_records,
     measure_table_task,
     pass_accountant,
     plan_pass,
+    plan_run,
     postprocess_task,
+    run_inputs,
     write_outputs,
 )
+from tasks.run_context import RunRequest, release_run, resolve_path  # noqa: E402
 
 PRODUCT = "phsafe"
 DEFAULT_DELTA = 1e-10
@@ -65,33 +60,49 @@ def phsafe_flow(
     skip_validation: bool = False,
     delta: float = DEFAULT_DELTA,
     credible_interval: str = "equal-tailed",
+    cumulative_total: dict[str, str] | None = None,
+    replace_release: bool = False,
 ) -> dict[str, Any]:
     """Run PHSafe on ``data`` with ``config`` into ``output``; returns the audit record.
 
     ``credible_interval``: ``"equal-tailed"`` (default) or ``"hpd"`` (shortest; calibrated
     near zero) for the count tables' 90% intervals (:mod:`das.postprocess.counts`).
+    ``cumulative_total``: pass → the new cumulative total the operator accepts when the
+    dataset already has recorded spend. ``replace_release``: move an existing release of
+    another run aside (recorded).
 
-    Raises :class:`ValidationFailed` (before any noise is drawn) when the inputs are invalid.
+    Raises ``RunRefused`` (nothing touched) or ``ValidationFailed`` (before any noise is drawn).
     """
-    parameters = {
-        "config": str(config),
-        "data": str(data),
-        "skip_validation": skip_validation,
-        "delta": delta,
-        "credible_interval": credible_interval,
-    }
-    folder, audit = start_run(PRODUCT, output, run_id, seed, parameters)
-    with audited_run(PRODUCT, folder, audit):
-        with audit.stage("hash-inputs"):
-            hash_inputs(audit, config, input_paths(config, data))
-        validation_gate(PRODUCT, audit, config, data, folder, skip_validation)
+    config_path, data_dir = resolve_path(config), resolve_path(data)
+    request = RunRequest(
+        product=PRODUCT,
+        output=resolve_path(output),
+        seed=seed,
+        run_id=run_id,
+        parameters={
+            "config": str(config_path),
+            "data": str(data_dir),
+            "skip_validation": skip_validation,
+            "delta": delta,
+            "credible_interval": credible_interval,
+        },
+        cumulative_total=cumulative_total,
+        replace_release=replace_release,
+    )
+    inputs = run_inputs(config_path, data_dir)
+    with release_run(request, inputs, plan_run(config_path)) as run:
+        folder, audit = run.folder, run.audit
+        validation_gate(PRODUCT, audit, str(config_path), str(data_dir), folder, skip_validation)
         with audit.stage("load"):
-            plan = plan_pass(str(config))
-            records = load_records.submit(plan.config, str(data))
+            plan = plan_pass(str(config_path))
+            records = load_records.submit(plan.config, str(data_dir), folder)
             wait_in_cluster(records)
+        run.start_drawing()
         with audit.stage("measure"):
             futures = [
-                measure_table_task.submit(plan.config, table, queries, records, folder, seed)
+                measure_table_task.submit(
+                    plan.config, table, queries, records, folder, seed, run.lease
+                )
                 for table, queries in plan.queries.items()
             ]
             results = [future.result() for future in futures]
@@ -114,7 +125,7 @@ def phsafe_flow(
                 }
             )
         with audit.stage("write"):
-            audit.update(outputs=write_outputs(tables, estimates, str(output)))
-        with audit.stage("artifacts"):
-            publish_privacy_artifacts(PRODUCT, {pass_name: accountant}, delta)
+            outputs = write_outputs(tables, estimates, str(run.staging))
+        with audit.stage("publish"):
+            run.publish(outputs, {pass_name: accountant}, delta)
     return audit.record

@@ -22,19 +22,19 @@ from typing import Any  # noqa: E402
 
 import distributed  # noqa: E402
 from prefect import get_run_logger, task  # noqa: E402
-from prefect.artifacts import create_markdown_artifact, create_table_artifact  # noqa: E402
+from prefect.artifacts import (  # noqa: E402
+    create_link_artifact,
+    create_markdown_artifact,
+    create_table_artifact,
+)
 from prefect.cache_policies import NO_CACHE  # noqa: E402
 from prefect.futures import PrefectFuture  # noqa: E402
 
-from das.io.writers import file_sha256  # noqa: E402
 from das.privacy.accounting import Measurement, PrivacyAccountant, compose, summarize  # noqa: E402
 from das.privacy.report import measurement_row  # noqa: E402
-from das.runs.audit import AuditRecorder, file_hashes  # noqa: E402
-from das.runs.folder import RunFolder, new_run_id  # noqa: E402
-from das.runs.noise_store import describe_streams  # noqa: E402
+from das.runs.audit import AuditRecorder, audit_markdown, md_escape  # noqa: E402
+from das.runs.folder import RunFolder  # noqa: E402
 from das.validation.report import ValidationFailed  # noqa: E402
-
-AUDIT_HEADLINE = ("status", "error_type", "code_version", "randomness", "seconds")
 
 # Loggers whose records go to the run's log file: the flow and task run loggers, the engine.
 RUN_LOGGERS = ("prefect.flow_runs", "prefect.task_runs", "das")
@@ -69,13 +69,33 @@ def artifact_key(*parts: str) -> str:
     return "".join(c if c.isalnum() else "-" for c in text).strip("-")
 
 
+def _shown(value: Any, digits: int = 6) -> Any:
+    """A table cell: ∞ for an infinite (null) number, floats rounded for reading."""
+    if value is None:
+        return "∞"
+    if isinstance(value, float):
+        return float(f"{value:.{digits}g}")
+    return value
+
+
 def ledger_table(accountant: PrivacyAccountant) -> list[dict[str, Any]]:
-    """One row per measurement of a ledger (level, stage, budget, Δ, σ²/scale, MOE, drawn)."""
+    """One row per measurement of a ledger, narrow enough for the Prefect UI: the query
+    (geography / table / iteration level / stage), budget, Δ, σ² or scale, MOE, drawn."""
     rows = []
     for entry in accountant.entries:
         row = measurement_row(entry.measurement)
-        row["drawn"] = entry.drawn
-        rows.append(row)
+        parts = (row["geography"], row["table"], row["iteration_level"], row["stage"])
+        parameter = row["noise_parameter"]
+        rows.append(
+            {
+                "query": " / ".join(str(part) for part in parts if part is not None),
+                "budget": _shown(row["budget"]),
+                "Δ": _shown(row["sensitivity"]),
+                "σ²" if parameter == "sigma_squared" else parameter: _shown(row[parameter]),
+                f"MOE {row['confidence']:.0%}": _shown(row["moe"], 4),
+                "drawn": "yes" if entry.drawn else "no",
+            }
+        )
     return rows
 
 
@@ -83,10 +103,10 @@ def totals_markdown(
     title: str, accountants: Mapping[str, PrivacyAccountant], delta: float
 ) -> str:
     """Markdown summary of each pass's totals: unbounded, bounded and (ε, δ)."""
-    lines = [f"# {title}", "", f"(ε, δ) conversions at δ = {delta:g}.", ""]
+    lines = [f"# {md_escape(title)}", "", f"(ε, δ) conversions at δ = {delta:g}.", ""]
     for name, accountant in accountants.items():
         summary = summarize(accountant, delta).to_dict()
-        lines.append(f"## Pass {name} ({summary['privacy_defn']})")
+        lines.append(f"## Pass {md_escape(name)} ({summary['privacy_defn']})")
         lines.append("")
         lines.append("| quantity | value |")
         lines.append("|---|---|")
@@ -94,7 +114,7 @@ def totals_markdown(
             if key == "privacy_defn":
                 continue
             shown = "∞" if value is None else value
-            lines.append(f"| {key} | {shown} |")
+            lines.append(f"| {md_escape(key)} | {shown} |")
         lines.append(f"| measurements | {len(accountant)} |")
         lines.append("")
     return "\n".join(lines)
@@ -104,94 +124,56 @@ def publish_privacy_artifacts(
     product: str,
     accountants: Mapping[str, PrivacyAccountant],
     delta: float,
+    banner: str = "",
 ) -> list[str]:
-    """A table artifact per pass (every query) and one Markdown summary of the totals."""
+    """A table artifact per pass (every query) and one Markdown summary of the totals;
+    ``banner`` (e.g. "[SEEDED] ") heads every title of a release that is not private."""
     ids = []
     for name, accountant in accountants.items():
         artifact = create_table_artifact(
             table=ledger_table(accountant),
             key=artifact_key(product, "privacy", name),
-            description=f"{product} pass {name}: every measurement, its budget, noise and MOE",
+            description=(
+                f"{banner}{product} pass {name}: every measurement, its budget, noise and MOE"
+            ),
         )
         ids.append(str(artifact))
     summary = create_markdown_artifact(
-        markdown=totals_markdown(f"{product} privacy spend", accountants, delta),
+        markdown=totals_markdown(f"{banner}{product} privacy spend", accountants, delta),
         key=artifact_key(product, "privacy-totals"),
-        description=f"{product}: privacy loss per pass (unbounded, bounded, (ε, δ))",
+        description=f"{banner}{product}: privacy loss per pass (unbounded, bounded, (ε, δ))",
     )
     ids.append(str(summary))
     return ids
 
 
-def publish_audit_artifact(product: str, audit: Mapping[str, Any], keys: Sequence[str]) -> str:
-    """The audit record's headline fields as a Markdown artifact (the file has the rest)."""
-    lines = [f"# {product} run {audit.get('run_id')}: {audit.get('status')}", ""]
-    lines.append("| field | value |")
-    lines.append("|---|---|")
-    for key in keys:
-        value = audit.get(key)
-        if isinstance(value, dict | list):
-            value = f"{len(value)} item(s), see audit.json"
-        lines.append(f"| {key} | {value} |")
+def publish_audit_artifact(product: str, audit: Mapping[str, Any], banner: str = "") -> str:
+    """The audit record as a readable Markdown summary (:func:`das.runs.audit.audit_markdown`),
+    and a link artifact to the validation report when there is one."""
     artifact = create_markdown_artifact(
-        markdown="\n".join(lines),
+        markdown=audit_markdown(audit, banner),
         key=artifact_key(product, "audit"),
-        description=f"{product}: audit record (audit.json in the output folder)",
+        description=f"{banner}{product}: audit record (audit.json in the release and run folder)",
     )
+    report = (audit.get("validation") or {}).get("report_dir")
+    if report:
+        create_link_artifact(
+            link=Path(report, "report.html").as_uri(),
+            link_text=f"validation report (curator's machine): {Path(report, 'report.html')}",
+            key=artifact_key(product, "validation-report"),
+            description=f"{banner}{product}: validation report and Data Docs of the run",
+        )
     return str(artifact)
 
 
-def start_run(
-    product: str, output: str, run_id: str | None, seed: int | None, parameters: dict[str, Any]
-) -> tuple[RunFolder, AuditRecorder]:
-    """Create (or reopen, for a rerun) the run folder and start its audit record."""
-    folder = RunFolder(output, run_id or new_run_id())
-    rerun = folder.exists()
-    folder.create()
-    audit = AuditRecorder(product, folder.run_id, folder.audit_path)
-    audit.update(
-        parameters={
-            **parameters,
-            "output": str(output),
-            "seed": seed,
-            "rerun": rerun,
-            "run_folder": str(folder.root),
-        },
-        randomness=describe_streams(seed),
-    )
-    return folder, audit
-
-
 def stored_ledgers(folder: RunFolder) -> dict[str, Any]:
-    """Partition ledgers persisted so far (digests and budgets only): the audit of a failed run."""
+    """Partition ledgers persisted so far (digests and budgets only): the audit of a failed run
+    lists what is on disk, whoever drew it."""
     if not folder.ledger_dir.is_dir():
         return {}
     return {
         path.stem: json.loads(path.read_text()) for path in sorted(folder.ledger_dir.glob("*.json"))
     }
-
-
-@contextlib.contextmanager
-def audited_run(product: str, folder: RunFolder, audit: AuditRecorder) -> Iterator[None]:
-    """The body of a product flow: run log file, then ``audit.json`` and the audit artifact
-    whatever happens (a failed run records its stage timings, its error *type* and the ledger
-    partitions persisted so far)."""
-    with run_log_file(folder.log_path):
-        logger = get_run_logger()
-        rerun = audit.record["parameters"]["rerun"]
-        logger.info("run %s (%s) of %s", folder.run_id, "rerun" if rerun else "new run", product)
-        try:
-            yield
-        except BaseException as exc:
-            if audit.record["ledger"] is None:
-                audit.update(ledger={"partitions": stored_ledgers(folder)})
-            record = audit.write("failed", exc)
-            logger.error("run %s failed: %s", folder.run_id, type(exc).__name__)
-            publish_audit_artifact(product, record, AUDIT_HEADLINE)
-            raise
-        record = audit.write("succeeded")
-        publish_audit_artifact(product, record, AUDIT_HEADLINE)
-        logger.info("run %s succeeded: audit in %s", folder.run_id, folder.audit_path)
 
 
 def wait_in_cluster(future: PrefectFuture[Any]) -> None:
@@ -227,14 +209,6 @@ def found_inputs(
             continue
         paths[path.name] = path
     return paths
-
-
-def hash_inputs(audit: AuditRecorder, config: str, inputs: Mapping[str, Path]) -> None:
-    """Config and input file hashes into the audit (before anything reads the data)."""
-    audit.update(
-        config={"path": str(config), "sha256": file_sha256(config)},
-        inputs=file_hashes(inputs),
-    )
 
 
 @task(name="validate-inputs", retries=2, retry_delay_seconds=2, cache_policy=NO_CACHE,

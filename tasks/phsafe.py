@@ -44,10 +44,13 @@ from das.postprocess.phsafe import (  # noqa: E402
     postprocess_phsafe,
 )
 from das.privacy.accounting import Measurement, PrivacyAccountant, compose  # noqa: E402
+from das.runs.curator_log import curator_log  # noqa: E402
 from das.runs.folder import RunFolder  # noqa: E402
 from das.runs.noise_store import NoiseStore, secure_streams, seeded_streams  # noqa: E402
-from das.specs.config import PHSafeConfig, load_phsafe_config  # noqa: E402
+from das.runs.release import RunLease  # noqa: E402
+from das.specs.config import ConfigError, PHSafeConfig, load_phsafe_config  # noqa: E402
 from tasks.common import combine_ledgers, found_inputs  # noqa: E402
+from tasks.run_context import RunInputs, RunPlan  # noqa: E402
 
 
 @dataclass(frozen=True)
@@ -78,10 +81,21 @@ def table_partition(pass_name: str, table: str) -> str:
     return f"{pass_name}/{table}"
 
 
-def input_paths(config_path: str | Path, data_dir: str | Path) -> dict[str, Path]:
-    """Every file a PHSafe run reads that exists: config, persons, units, geo."""
+def run_inputs(config_path: str | Path, data_dir: str | Path) -> RunInputs:
+    """Every file a PHSafe run reads: the config and the three record files (persons, units
+    and geo, all confidential: they key the privacy ledger)."""
     resolvers = [partial(resolve_input, spec=spec) for spec in PHSAFE_INPUTS]
-    return {"config.json": Path(config_path), **found_inputs(data_dir, resolvers)}
+    return RunInputs(config=Path(config_path), confidential=found_inputs(data_dir, resolvers))
+
+
+def plan_run(config_path: str | Path) -> RunPlan | None:
+    """The pass's planned queries from the config alone; None when it cannot be read
+    (validation then says why, and nothing is drawn)."""
+    try:
+        config = load_phsafe_config(config_path)
+    except (ConfigError, OSError, ValueError):
+        return None
+    return RunPlan(config.privacy_defn.value, tuple(plan_phsafe(config)))
 
 
 @task(name="plan-pass", retries=2, retry_delay_seconds=2, cache_policy=NO_CACHE,
@@ -99,21 +113,24 @@ def plan_pass(config_path: str) -> PHSafePlan:
 
 @task(name="load-records", retries=2, retry_delay_seconds=2, cache_policy=NO_CACHE,
       persist_result=False)  # fmt: skip
-def load_records(config: PHSafeConfig, data_dir: str) -> PreparedRecords:
+def load_records(config: PHSafeConfig, data_dir: str, folder: RunFolder) -> PreparedRecords:
     """Read the three input files and keep the pass's in-universe records.
 
     Submitted, not called: on a Dask cluster the records are read on a worker and stay in
-    the cluster (:func:`tasks.common.wait_in_cluster`)."""
+    the cluster (:func:`tasks.common.wait_in_cluster`). Record counts go to the curator's
+    local log only."""
     paths = data_paths(data_dir)
     persons = read_persons(paths["persons"])
     units = read_units(paths["units"])
     geo = read_geo(paths["geo"])
-    # File row counts only: the in-universe counts (occupied units, persons in them) are true
-    # counts of released tables and stay out of the log.
-    get_run_logger().info(
-        "pass %s: read %d persons, %d units, %d geo rows",
+    # File row counts, to the curator's local log only (never the Prefect server); the
+    # in-universe counts (occupied units, persons in them) are true counts of released tables
+    # and are logged nowhere.
+    curator_log(
+        folder, "pass %s: read %d persons, %d units, %d geo rows",
         config.pass_name, len(persons), len(units), len(geo),
     )  # fmt: skip
+    get_run_logger().info("pass %s: inputs read", config.pass_name)
     return prepare_records(config, persons, units, geo)
 
 
@@ -125,6 +142,7 @@ def measure_table_task(
     records: PreparedRecords,
     folder: RunFolder,
     seed: int | None,
+    lease: RunLease | None = None,
 ) -> TableResult:
     """Truncate-and-join, then every query of one table through its persisted noise store."""
     partition = table_partition(config.pass_name, table)
@@ -134,6 +152,7 @@ def measure_table_task(
         config.privacy_defn.value,
         compose(measurements),
         secure_streams() if seed is None else seeded_streams(seed),
+        guard=None if lease is None else lease.check,
     )
     frame = measure_table(table, list(measurements), config, records, store, store.accountant)
     get_run_logger().info(
@@ -178,8 +197,8 @@ def postprocess_task(
 def write_outputs(
     tables: dict[str, pd.DataFrame], estimates: dict[str, pd.DataFrame], output: str
 ) -> dict[str, dict[str, Any]]:
-    """One folder per noisy table and per estimates table, each replaced atomically (a rerun
-    rewrites them); row counts and hashes for the audit."""
+    """One folder per noisy table and per estimates table in the staging folder ``output``,
+    each written atomically (a retried write replaces a partial one); rows and hashes."""
     folders: list[tuple[str, pd.DataFrame, list[str]]] = [
         (table, frame, output_columns(SHELLS[table])) for table, frame in tables.items()
     ]

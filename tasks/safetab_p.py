@@ -32,12 +32,14 @@ from das.io.safetab_p import (  # noqa: E402
 )
 from das.io.writers import file_sha256, write_pipe_table  # noqa: E402
 from das.privacy.accounting import Measurement, PrivacyAccountant, compose  # noqa: E402
+from das.runs.curator_log import curator_log  # noqa: E402
 from das.runs.folder import RunFolder  # noqa: E402
 from das.runs.noise_store import (  # noqa: E402
     NoiseStore,
     secure_streams,
     seeded_streams,
 )
+from das.runs.release import RunLease  # noqa: E402
 from das.safetab_p.coterminous import (  # noqa: E402
     apply_coterminous,
     coterminous_sets,
@@ -57,6 +59,7 @@ from das.safetab_p.plan import plan_safetab_p  # noqa: E402
 from das.safetab_p.postprocess import T1_COLUMNS, T2_COLUMNS, tabulate_level  # noqa: E402
 from das.safetab_p.stability import detailed_only_levels, stability  # noqa: E402
 from das.specs.config import (  # noqa: E402
+    ConfigError,
     PopulationGroupLevel,
     SafeTabGeography,
     SafeTabPConfig,
@@ -64,6 +67,7 @@ from das.specs.config import (  # noqa: E402
 )
 from das.specs.race_specs import RaceEthnicitySpecs, load_race_specs  # noqa: E402
 from tasks.common import combine_ledgers, found_inputs  # noqa: E402
+from tasks.run_context import RunInputs, RunPlan  # noqa: E402
 
 PASSES = ("US", "PR")
 TABLES = {"t1": T1_COLUMNS, "t2": T2_COLUMNS}
@@ -108,19 +112,43 @@ def level_partition(pass_name: str, level: PopulationGroupLevel) -> str:
     return f"{pass_name}/{level.geography.value}/{level.iteration_level}"
 
 
-def input_paths(config_path: str | Path, data_dir: str | Path) -> dict[str, Path]:
-    """Every file a SafeTab-P run reads: config, the spec files beside it, the two inputs."""
+def run_inputs(
+    config_path: str | Path, data_dir: str | Path, coterminous: str | Path | None = None
+) -> RunInputs:
+    """Every file a SafeTab-P run reads, by role: config, the spec files beside it (and a
+    reviewed coterminous file), the person records (confidential), the GRF-C (reference)."""
     config_path = Path(config_path)
-    paths = {"config.json": config_path}
-    for spec in sorted(config_path.parent.glob("*.txt")):
-        paths[spec.name] = spec
-    return {**paths, **found_inputs(data_dir, (person_records_path, grf_c_path))}
+    specs = {spec.name: spec for spec in sorted(config_path.parent.glob("*.txt"))}
+    if coterminous is not None:
+        specs[Path(coterminous).name] = Path(coterminous)
+    return RunInputs(
+        config=config_path,
+        specs=specs,
+        confidential=found_inputs(data_dir, (person_records_path,)),
+        reference=found_inputs(data_dir, (grf_c_path,)),
+    )
+
+
+def plan_run(config_path: str | Path) -> RunPlan | None:
+    """The run's planned measurements from config and spec files alone (no record is read);
+    None when they cannot be read (validation then says why, and nothing is drawn)."""
+    try:
+        config = load_safetab_p_config(config_path)
+        specs = load_race_specs(Path(config_path).parent)
+        plan = plan_safetab_p(
+            config, stability(specs, config.max_race_codes), detailed_only_levels(specs)
+        )
+    except (ConfigError, OSError, ValueError):
+        return None
+    return RunPlan(config.privacy_defn.value, tuple(plan))
 
 
 @task(name="load-inputs", retries=2, retry_delay_seconds=2, cache_policy=NO_CACHE,
       persist_result=False)  # fmt: skip
-def load_inputs(config_path: str, data_dir: str) -> SafeTabPInputs:
-    """Read config, spec files, person records and GRF-C; plan every measurement."""
+def load_inputs(config_path: str, data_dir: str, folder: RunFolder) -> SafeTabPInputs:
+    """Read config, spec files, person records and GRF-C; plan every measurement.
+
+    The number of person records goes to the curator's local log only."""
     config = load_safetab_p_config(config_path)
     specs = load_race_specs(Path(config_path).parent)
     persons = read_person_records(person_records_path(data_dir))
@@ -128,16 +156,20 @@ def load_inputs(config_path: str, data_dir: str) -> SafeTabPInputs:
     plan = plan_safetab_p(
         config, stability(specs, config.max_race_codes), detailed_only_levels(specs)
     )
+    curator_log(folder, "loaded %d person records, %d GRF-C blocks", len(persons), len(grfc))
     get_run_logger().info(
-        "loaded %d person records, %d blocks; %d levels, %d planned measurements",
-        len(persons), len(grfc), len(config.tabulated_levels()), len(plan),
+        "loaded the inputs; %d levels, %d planned measurements",
+        len(config.tabulated_levels()), len(plan),
     )  # fmt: skip
     return SafeTabPInputs(config, specs, persons, grfc, tuple(plan))
 
 
 @task(name="prepare-pass", cache_policy=NO_CACHE, persist_result=False)
 def prepare_pass(
-    inputs: SafeTabPInputs, pass_name: str, coterminous_file: str | None = None
+    inputs: SafeTabPInputs,
+    pass_name: str,
+    folder: RunFolder,
+    coterminous_file: str | None = None,
 ) -> PassContext | None:
     """Aggregate the pass's records and build its geography entities and coterminous sets
     (from the reviewed ``coterminous_file`` when given, else derived from the GRF-C)."""
@@ -157,10 +189,11 @@ def prepare_pass(
         else restrict_sets(read_coterminous_file(coterminous_file), geographies)
     )
     plan = tuple(m for m in inputs.plan if m.metadata["pass"] == pass_name)
-    get_run_logger().info(
-        "pass %s: %d levels, %d distinct record rows, %d blocks",
-        pass_name, len(levels), agg.count.size, len(blocks),
+    curator_log(
+        folder, "pass %s: %d distinct record rows, %d blocks", pass_name, agg.count.size,
+        len(blocks),
     )  # fmt: skip
+    get_run_logger().info("pass %s: %d levels prepared", pass_name, len(levels))
     return PassContext(pass_name, levels, plan, agg, entities, sets)
 
 
@@ -172,6 +205,7 @@ def measure_level_task(
     level: PopulationGroupLevel,
     folder: RunFolder,
     seed: int | None,
+    lease: RunLease | None = None,
 ) -> LevelResult:
     """Two-stage measurement of one level; draws go through the level's persisted noise store.
 
@@ -185,6 +219,7 @@ def measure_level_task(
         config.privacy_defn.value,
         compose(planned.values()),
         secure_streams() if seed is None else seeded_streams(seed),
+        guard=None if lease is None else lease.check,
     )
     key = (level.iteration_level, level.geography.is_state_or_above)
     selected = iteration_filter(specs, *key)
@@ -253,10 +288,8 @@ def fix_coterminous(
 def write_tables(
     tables: dict[str, list[pd.DataFrame]], output: str
 ) -> dict[str, dict[str, Any]]:
-    """Write ``t1/t1.txt`` and ``t2/t2.txt`` (each folder atomically); hashes and row counts.
-
-    A rerun replaces the folders (``overwrite``): at every instant each folder is complete.
-    """
+    """Write ``t1/t1.txt`` and ``t2/t2.txt`` into the staging folder ``output`` (each folder
+    atomically, so a retried write replaces a partial one); hashes and row counts."""
     written: dict[str, dict[str, Any]] = {}
     for name, columns in TABLES.items():
         parts = tables.get(name, [])

@@ -1,11 +1,14 @@
 """`das run {safetab-p|phsafe} --config FILE --data DIR --output DIR [--seed N] [--run-id ID]
-[--skip-validation]`: run the product's Prefect flow in process and leave its tables and
-audit.json (SafeTab-P: t1/, t2/; PHSafe: one folder per noisy table and per estimates table).
+[--skip-validation] [--cumulative-total PASS=TOTAL] [--replace-release]`: run the product's Prefect
+flow in process and publish its release (SafeTab-P: t1/, t2/; PHSafe: one folder per noisy table
+and per estimates table; audit.json and MANIFEST.json) into OUT, whole or not at all.
 
-Exit codes: 0 success; 1 the run failed — invalid inputs (nothing drawn, the validation report
-is in ``<output>/.run/<run-id>/validation/``) or a later error (``audit.json`` says which
-stage, ``run.log`` has the progress); 2 usage error (bad arguments, missing config or data,
-``--seed`` under ``DAS_PRODUCTION=1``, an invalid run id).
+Exit codes: 0 released; 1 the run failed — invalid inputs (nothing drawn; the validation report
+is in ``OUT.das/runs/<run-id>/validation/``) or a later error (the attempt's audit and run log
+are in ``OUT.das/runs/<run-id>/``); 2 refused or usage error (bad arguments, missing config or
+data, a seed or an infinite budget under ``DAS_PRODUCTION=1``, a resumed run whose inputs,
+config or seed changed, a dataset with recorded spend and no ``--cumulative-total``, another
+run's release or a live run in OUT). A refused run touches nothing in OUT.
 
 A failed run is resumed by running again with the same ``--run-id``: every measurement already
 drawn is reused from the run folder, none is drawn twice. Without ``PREFECT_API_URL`` the flow
@@ -15,15 +18,16 @@ runs against a temporary local Prefect API.
 from __future__ import annotations
 
 import argparse
-import os
+import contextlib
+import logging
 import sys
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
 from pathlib import Path
+from typing import Any
 
 from das.postprocess.counts import INTERVALS
 
 EXIT_OK, EXIT_FAILED, EXIT_USAGE = 0, 1, 2
-PRODUCTION_ENV = "DAS_PRODUCTION"
 
 
 def register(subparsers: argparse._SubParsersAction) -> None:
@@ -69,7 +73,23 @@ def _product_parser(
     parser.add_argument(
         "--seed", type=int, default=None, help="reproducible noise: tests and demos only"
     )
-    parser.add_argument("--run-id", default=None, help="resume the run with this id")
+    parser.add_argument(
+        "--run-id", default=None, help="resume the run with this id (default: a new run)"
+    )
+    parser.add_argument(
+        "--cumulative-total",
+        action="append",
+        default=None,
+        metavar="PASS=TOTAL",
+        help="accept a further spend on a dataset with recorded spend: the new cumulative "
+        "total of the pass (exactly as the refusal states it; TOTAL alone for a one-pass run)",
+    )
+    parser.add_argument(
+        "--replace-release",
+        action="store_true",
+        help="move an existing release of another run in OUT aside (recorded) instead of "
+        "refusing",
+    )
     parser.add_argument(
         "--skip-validation",
         action="store_true",
@@ -84,26 +104,65 @@ def _usage_error(message: str) -> int:
     return EXIT_USAGE
 
 
-def run_command(args: argparse.Namespace) -> int:
-    """Check the arguments, run the flow, print where the audit is; the exit code."""
-    if not args.config.is_file():
-        return _usage_error(f"--config {args.config}: no such file")
-    if not args.data.is_dir():
-        return _usage_error(f"--data {args.data}: no such folder")
-    if args.output.exists() and not args.output.is_dir():
-        return _usage_error(f"--output {args.output}: exists and is not a folder")
-    if args.seed is not None:
-        if os.environ.get(PRODUCTION_ENV) == "1":
-            return _usage_error(f"--seed is refused for production runs ({PRODUCTION_ENV}=1)")
-        if args.seed < 0:
-            return _usage_error("--seed must be a non-negative integer")
-    if args.run_id is not None:
-        from das.runs.folder import RunFolder
+def _cumulative(values: list[str] | None) -> dict[str, str] | None:
+    """``["US=9.888", "PR=5.286"]`` → ``{"US": "9.888", ...}``; a bare total is ``{"*": ...}``."""
+    if not values:
+        return None
+    parsed: dict[str, str] = {}
+    for value in values:
+        name, _, total = value.rpartition("=")
+        parsed[name.strip() or "*"] = total.strip()
+    return parsed
 
+
+class _OneLineErrors(logging.Filter):
+    """On the terminal, an error record without its traceback (the run log keeps it)."""
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        if record.exc_info or record.exc_text:
+            record.exc_info = None
+            record.exc_text = None
+        return True
+
+
+@contextlib.contextmanager
+def _quiet_tracebacks() -> Iterator[None]:
+    handlers = [h for h in logging.getLogger().handlers if isinstance(h, logging.StreamHandler)]
+    one_line = _OneLineErrors()
+    for handler in handlers:
+        handler.addFilter(one_line)
+    try:
+        yield
+    finally:
+        for handler in handlers:
+            handler.removeFilter(one_line)
+
+
+def run_command(args: argparse.Namespace) -> int:
+    """Check the arguments, run the flow, say what happened; the exit code."""
+    from das.runs.folder import RunFolder, check_run_id
+    from das.runs.policy import RunRefused, check_release_policy, ledger_directory
+
+    config, data, output = (p.expanduser().resolve() for p in (args.config, args.data,
+                                                                args.output))  # fmt: skip
+    if not config.is_file():
+        return _usage_error(f"--config {args.config}: no such file")
+    if not data.is_dir():
+        return _usage_error(f"--data {args.data}: no such folder")
+    if output.exists() and not output.is_dir():
+        return _usage_error(f"--output {args.output}: exists and is not a folder")
+    if args.run_id is not None:
         try:
-            RunFolder(args.output, args.run_id)
+            check_run_id(args.run_id)
         except ValueError:
             return _usage_error("--run-id: use letters, digits, '.', '_', '-' (at most 128)")
+    try:
+        # The flow checks the policy again with the plan (infinite budgets); this refuses a
+        # seed or a missing ledger before a Prefect API is started.
+        check_release_policy(args.seed, [])
+        ledger_directory(output)
+    except RunRefused as exc:
+        return _usage_error(str(exc))
 
     from das.offline import configure_offline
 
@@ -112,40 +171,55 @@ def run_command(args: argparse.Namespace) -> int:
     from flows.runner import task_runner_from_env
 
     product = args.run_product
-    parameters = {
-        "config": str(args.config),
-        "data": str(args.data),
-        "output": str(args.output),
+    parameters: dict[str, Any] = {
+        "config": str(config),
+        "data": str(data),
+        "output": str(output),
         "seed": args.seed,
         "run_id": args.run_id,
         "skip_validation": args.skip_validation,
+        "cumulative_total": _cumulative(args.cumulative_total),
+        "replace_release": args.replace_release,
     }
     if product == "safetab-p":
         from flows.safetab_p import safetab_p_flow as product_flow
 
         coterminous = args.coterminous
-        parameters["coterminous"] = None if coterminous is None else str(coterminous)
+        parameters["coterminous"] = (
+            None if coterminous is None else str(coterminous.expanduser().resolve())
+        )
     else:
         from flows.phsafe import phsafe_flow as product_flow
 
         parameters["credible_interval"] = args.credible_interval
     flow = product_flow.with_options(task_runner=task_runner_from_env())
-    try:
-        record = flow(**parameters)
-    except ValidationFailed as exc:
+    with _quiet_tracebacks():
+        state = flow(**parameters, return_state=True)
+    run_id = args.run_id or str(state.state_details.flow_run_id)
+    folder = RunFolder(output, run_id)
+    if state.is_completed():
+        record = state.result()
+        banner = ", ".join(record.get("markers") or [])
+        mark = f" [{banner}: NOT A PRIVATE RELEASE]" if banner else ""
+        print(f"das run {product}: run {run_id} succeeded{mark}; release in {output} "
+              f"({(record.get('release') or {}).get('state')})")  # fmt: skip
+        return EXIT_OK
+    exc = state.result(raise_on_failure=False)
+    if isinstance(exc, RunRefused):
+        print(f"das run {product}: REFUSED — {exc}", file=sys.stderr)
+        return EXIT_USAGE
+    if isinstance(exc, ValidationFailed):
         print(f"das run {product}: NOT RUN — {exc}", file=sys.stderr)
         return EXIT_FAILED
-    except Exception as exc:
-        # The type only: engine messages are value-free, but the audit is the place to look.
-        audit = args.output / "audit.json"
-        print(
-            f"das run {product}: FAILED ({type(exc).__name__}); see {audit} and the run log",
-            file=sys.stderr,
-        )
-        return EXIT_FAILED
-    print(f"das run {product}: run {record['run_id']} succeeded; outputs and audit.json in "
-          f"{args.output}")  # fmt: skip
-    return EXIT_OK
+    where = (
+        f"audit {folder.audit_path}, log {folder.log_path}"
+        if folder.audit_path.is_file()
+        else f"no audit was written; Prefect state: {state.name}"
+    )
+    detail = f"{type(exc).__name__}: {exc}" if isinstance(exc, BaseException) else state.message
+    print(f"das run {product}: FAILED ({detail}); run {run_id}, resume with --run-id "
+          f"{run_id}; {where}", file=sys.stderr)  # fmt: skip
+    return EXIT_FAILED
 
 
 def main(argv: Sequence[str] | None = None) -> int:

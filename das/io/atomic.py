@@ -22,7 +22,7 @@ def _temporary_sibling(path: Path, tag: str) -> Path:
     return path.with_name(f".{path.name}.{tag}-{uuid.uuid4().hex[:12]}")
 
 
-def _fsync_directory(directory: Path) -> None:
+def fsync_directory(directory: Path) -> None:
     """Persist a rename: fsync the directory that holds the entry (best effort off POSIX)."""
     try:
         fd = os.open(directory, os.O_RDONLY)
@@ -56,7 +56,7 @@ def atomic_path(path: str | Path) -> Iterator[Path]:
         finally:
             os.close(fd)
         os.replace(temporary, final)
-        _fsync_directory(final.parent)
+        fsync_directory(final.parent)
     except BaseException:
         with contextlib.suppress(FileNotFoundError):
             temporary.unlink()
@@ -111,7 +111,7 @@ def atomic_output_dir(path: str | Path, *, overwrite: bool = False) -> Iterator[
     os.mkdir(temporary, 0o777)
     try:
         yield temporary
-        _fsync_directory(temporary)
+        fsync_directory(temporary)
         if final.exists():
             if not overwrite:
                 raise FileExistsError(f"{final}: output folder appeared meanwhile; kept")
@@ -122,11 +122,11 @@ def atomic_output_dir(path: str | Path, *, overwrite: bool = False) -> Iterator[
             except BaseException:
                 os.rename(old, final)
                 raise
-            _fsync_directory(final.parent)
+            fsync_directory(final.parent)
             shutil.rmtree(old, ignore_errors=True)
         else:
             os.rename(temporary, final)
-            _fsync_directory(final.parent)
+            fsync_directory(final.parent)
     except BaseException:
         shutil.rmtree(temporary, ignore_errors=True)
         raise

@@ -1,10 +1,11 @@
 """The audit record of a run (DESIGN §6): what ran, on what, with which randomness, at what cost.
 
-``audit.json`` is written at the top of the output folder at the end of every run, including a
-failed one (``status: "failed"`` and the error *type* only: messages may quote data). It holds
-config and spec hashes, input file hashes, code and package versions, the randomness source,
-the validation summary, every pass's ledger and totals, output hashes and row counts, and the
-wall time of each stage. It never holds a record, a true count or a noise value.
+``audit.json`` is written into the run folder at the end of every attempt, including a failed
+one (``status: "failed"`` and the error *type* only: messages may quote data), and into the
+release folder of a published release. It holds config and spec hashes, input file hashes,
+code and package versions, the randomness source and seed mode, the validation summary, the
+dataset's privacy-ledger totals, every pass's ledger and totals, output hashes and row counts,
+and the wall time of each stage. It never holds a record, a true count or a noise value.
 """
 
 from __future__ import annotations
@@ -51,12 +52,16 @@ AUDIT_KEYS = (
     "code_version",
     "packages",
     "randomness",
+    "markers",
+    "identity",
+    "privacy_ledger",
     "validation",
     "ledger",
     "totals",
     "draws",
     "postprocessing",
     "outputs",
+    "release",
     "timings",
 )
 
@@ -91,17 +96,17 @@ def code_version() -> str:
     return f"das-pipeline {package_versions(('das-pipeline',))['das-pipeline'] or 'unknown'}"
 
 
-def file_hashes(paths: Mapping[str, Path]) -> dict[str, dict[str, Any]]:
-    """name → {path, sha256, bytes} of each existing file."""
+def file_hashes(
+    paths: Mapping[str, Path], digests: Mapping[str, str] | None = None
+) -> dict[str, dict[str, Any]]:
+    """name → {path, sha256} of each existing file (``digests`` saves rehashing). No sizes: an
+    input file's size is a statistic of the confidential data (about its number of records)."""
     hashes: dict[str, dict[str, Any]] = {}
     for name, path in paths.items():
         path = Path(path)
         if path.is_file():
-            hashes[name] = {
-                "path": str(path),
-                "sha256": file_sha256(path),
-                "bytes": path.stat().st_size,
-            }
+            digest = (digests or {}).get(name) or file_sha256(path)
+            hashes[name] = {"path": str(path), "sha256": digest}
     return hashes
 
 
@@ -142,13 +147,118 @@ class AuditRecorder:
         finally:
             self.record["timings"][name] = round(time.perf_counter() - start, 4)
 
-    def write(self, status: str, error: BaseException | None = None) -> dict[str, Any]:
-        """Finish the record (status, error type, end time) and write it atomically."""
+    def finish(self, status: str, error: BaseException | None = None) -> dict[str, Any]:
+        """Close the record (status, error type, end time) without writing it."""
         self.record.update(
             status=status,
             error_type=None if error is None else type(error).__name__,
             finished=_now(),
             seconds=round(time.perf_counter() - self._started, 4),
         )
+        return self.record
+
+    def save(self) -> dict[str, Any]:
+        """Write the record as it stands to ``path``, atomically."""
         atomic_write_text(self.path, json.dumps(self.record, indent=1, allow_nan=False) + "\n")
         return self.record
+
+    def write(self, status: str, error: BaseException | None = None) -> dict[str, Any]:
+        """Finish the record (status, error type, end time) and write it atomically."""
+        self.finish(status, error)
+        return self.save()
+
+
+_MARKDOWN_SPECIAL = str.maketrans({c: f"\\{c}" for c in "\\`*_{}[]<>()#+-.!|~"})
+
+
+def md_escape(value: Any) -> str:
+    """Text shown literally in Markdown (``*`` stays an asterisk, ``|`` does not split a cell)."""
+    return str(value).translate(_MARKDOWN_SPECIAL).replace("\n", " ")
+
+
+def _table(header: tuple[str, ...], rows: list[tuple[Any, ...]]) -> list[str]:
+    lines = ["| " + " | ".join(header) + " |", "|" + "---|" * len(header)]
+    lines += ["| " + " | ".join(md_escape(cell) for cell in row) + " |" for row in rows]
+    return [*lines, ""]
+
+
+def _validation_line(validation: Mapping[str, Any] | None) -> str:
+    if not validation:
+        return "not run"
+    if validation.get("skipped"):
+        return "SKIPPED by the operator (--skip-validation)"
+    verdict = "valid" if validation.get("ok") else "NOT VALID"
+    failed = ", ".join(validation.get("failed_checks") or []) or "none"
+    return (
+        f"{verdict}: {validation.get('errors')} error(s), {validation.get('warnings')} "
+        f"warning(s), {validation.get('checks_run')} checks; failed: {failed}; report: "
+        f"{validation.get('report_dir')}"
+    )
+
+
+def audit_markdown(audit: Mapping[str, Any], banner: str = "") -> str:
+    """The audit record as a page a reviewer reads in the Prefect UI: what ran on what, with
+    which randomness, what it cost (the ledger's cumulative totals), what was released. Only
+    hashes, budgets, timings and output row counts: no value or count of the input records."""
+    randomness = audit.get("randomness") or {}
+    draws = audit.get("draws") or {}
+    release = audit.get("release") or {}
+    parameters = audit.get("parameters") or {}
+    lines = [
+        f"# {md_escape(banner)}{md_escape(audit.get('product'))} run "
+        f"{md_escape(audit.get('run_id'))}: {md_escape(audit.get('status'))}",
+        "",
+    ]
+    if audit.get("markers"):
+        lines += [
+            f"**NOT A PRIVATE RELEASE: {md_escape(', '.join(audit['markers']))}** (see the "
+            "marker files in the release folder).",
+            "",
+        ]
+    summary = [
+        ("status", audit.get("status") if not audit.get("error_type")
+         else f"{audit.get('status')} ({audit.get('error_type')})"),
+        ("release folder", parameters.get("output")),
+        ("release", release.get("state", "not published")
+         + (f"; replaces run {release['replaces']}" if release.get("replaces") else "")),
+        ("rerun of an earlier attempt", parameters.get("rerun")),
+        ("code version", audit.get("code_version")),
+        ("randomness", randomness.get("source")),
+        ("seed mode", "secure (OS CSPRNG)" if randomness.get("secure")
+         else f"SEEDED, seed {randomness.get('seed')}"),
+        ("config sha256", (audit.get("config") or {}).get("sha256")),
+        ("validation", _validation_line(audit.get("validation"))),
+        ("draws", f"{draws.get('fresh')} drawn now, {draws.get('reused')} reused" if draws
+         else "none recorded"),
+        ("duration (s)", audit.get("seconds")),
+    ]  # fmt: skip
+    lines += _table(("field", "value"), summary)
+    ledger = audit.get("privacy_ledger") or {}
+    if ledger.get("passes"):
+        lines += ["## Privacy ledger of this dataset", ""]
+        lines += [f"Dataset {md_escape(str(ledger.get('dataset'))[:16])}…, ledger "
+                  f"{md_escape(ledger.get('ledger'))}.", ""]  # fmt: skip
+        lines += _table(
+            ("pass", "definition", "earlier runs", "this run", "cumulative"),
+            [
+                (p["pass"], p["definition"], p["prior"], p["this_run"], p["cumulative"])
+                for p in ledger["passes"]
+            ],
+        )
+    inputs = audit.get("inputs") or {}
+    if inputs:
+        lines += ["## Inputs", ""]
+        lines += _table(("file", "sha256"), [(name, info["sha256"]) for name, info in
+                                            inputs.items()])  # fmt: skip
+    outputs = audit.get("outputs") or {}
+    if outputs:
+        lines += ["## Outputs", ""]
+        lines += _table(
+            ("file", "rows", "sha256"),
+            [(name, info.get("rows"), info.get("sha256")) for name, info in outputs.items()],
+        )
+    timings = audit.get("timings") or {}
+    if timings:
+        lines += ["## Timings", ""]
+        lines += _table(("stage", "seconds"), [(k, f"{v:.2f}") for k, v in timings.items()])
+    return "\n".join(lines)

@@ -1,18 +1,25 @@
-"""The run folder: a run's private working state, beside (not inside) its released tables.
+"""Where a run keeps its state: beside its release, never inside it.
 
-Layout, under the output folder::
+Layout, for ``--output OUT``::
 
-    <output>/.run/<run-id>/
-        noise/<measurement>.npy     one int64 noise vector per measurement drawn
-        ledger/<partition>.json     the privacy ledger of each population-group level
-        validation/                 the validation report of this run
-        run.log                     the run's log (progress only, never private values)
-        <name>.seed                 seeds a rerun must reuse (e.g. statistical postprocessing)
+    OUT/                            the release: appears whole (one rename) or not at all
+    OUT.das/
+        lock                        held (flock) by the one run writing OUT
+        runs/<run-id>/
+            identity.json           what the noise was drawn for (inputs, config, specs, seed)
+            lease                   the token of the attempt that owns the run now
+            noise/<measurement>.npy one int64 noise vector per measurement drawn
+            ledger/<partition>.json the privacy ledger of each partition (level, table)
+            validation/             the validation report of this run (curator only)
+            run.log                 the run's local log (the curator's; may hold record counts)
+            audit.json              the audit of the latest attempt, failed ones included
+            <name>.seed             seeds a rerun must reuse (e.g. statistical postprocessing)
+        staging/<run-id>/           the release being built; renamed to OUT at the end
+        replaced/<run-id>-<time>/   earlier releases moved aside by an explicit replace
 
-The folder name is hidden so that the release (``t1/``, ``t2/``, ``audit.json``) is what a
-reader sees. Noise vectors are confidential (noise + a released count gives the true count):
-the run folder must stay inside the secure enclave with the inputs, and may be deleted once
-the run succeeded and its release was accepted.
+Noise vectors are confidential (noise + a released count gives the true count): ``OUT.das``
+must stay inside the secure enclave with the inputs, and a run folder may be deleted once its
+release was accepted.
 """
 
 from __future__ import annotations
@@ -25,7 +32,7 @@ from pathlib import Path
 
 from das.io.atomic import atomic_write_text
 
-RUN_DIR = ".run"
+WORK_SUFFIX = ".das"
 _RUN_ID = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]{0,127}$")
 _UNSAFE = re.compile(r"[^A-Za-z0-9._-]")
 
@@ -40,23 +47,54 @@ def safe_name(name: str) -> str:
     return _UNSAFE.sub("_", name.replace("/", "__"))
 
 
+def check_run_id(run_id: str) -> str:
+    if not isinstance(run_id, str) or not _RUN_ID.match(run_id):
+        raise ValueError(
+            f"Invalid run id {run_id!r}: use letters, digits, '.', '_', '-' (≤ 128)"
+        )
+    return run_id
+
+
+def work_dir_of(output: str | Path) -> Path:
+    """``OUT.das``: the sibling folder of the release that holds lock, runs and staging."""
+    output = Path(output).absolute()
+    return output.with_name(output.name + WORK_SUFFIX)
+
+
 @dataclass(frozen=True)
 class RunFolder:
-    """Paths of one run's state; :meth:`create` makes the folders."""
+    """Paths of one run's state (``output`` is made absolute); :meth:`create` makes them."""
 
     output: Path
     run_id: str
 
     def __post_init__(self) -> None:
-        if not _RUN_ID.match(self.run_id):
-            raise ValueError(
-                f"Invalid run id {self.run_id!r}: use letters, digits, '.', '_', '-' (≤ 128)"
-            )
-        object.__setattr__(self, "output", Path(self.output))
+        check_run_id(self.run_id)
+        object.__setattr__(self, "output", Path(self.output).absolute())
+
+    @property
+    def release_dir(self) -> Path:
+        return self.output
+
+    @property
+    def work_dir(self) -> Path:
+        return work_dir_of(self.output)
+
+    @property
+    def lock_path(self) -> Path:
+        return self.work_dir / "lock"
 
     @property
     def root(self) -> Path:
-        return self.output / RUN_DIR / self.run_id
+        return self.work_dir / "runs" / self.run_id
+
+    @property
+    def staging_dir(self) -> Path:
+        return self.work_dir / "staging" / self.run_id
+
+    @property
+    def replaced_dir(self) -> Path:
+        return self.work_dir / "replaced"
 
     @property
     def noise_dir(self) -> Path:
@@ -76,7 +114,16 @@ class RunFolder:
 
     @property
     def audit_path(self) -> Path:
-        return self.output / "audit.json"
+        """The audit of the latest attempt (a published release carries its own copy)."""
+        return self.root / "audit.json"
+
+    @property
+    def identity_path(self) -> Path:
+        return self.root / "identity.json"
+
+    @property
+    def lease_path(self) -> Path:
+        return self.root / "lease"
 
     def exists(self) -> bool:
         """True when a run with this id has left state behind (a rerun)."""

@@ -80,12 +80,20 @@ class NoiseStore:
     """
 
     def __init__(
-        self, folder: RunFolder, partition: str, accountant: PrivacyAccountant, rng_for: RngFor
+        self,
+        folder: RunFolder,
+        partition: str,
+        accountant: PrivacyAccountant,
+        rng_for: RngFor,
+        guard: Callable[[], None] | None = None,
     ) -> None:
         self.folder = folder
         self.partition = partition
         self.accountant = accountant
         self.rng_for = rng_for
+        # Called before every charge, draw and write: raises when the run that owns this store
+        # is gone or superseded (das.runs.release.RunLease.check), so orphaned tasks stop.
+        self.guard = guard
         self.fresh: list[str] = []
         self.reused: list[str] = []
         self._lock = threading.Lock()
@@ -98,6 +106,7 @@ class NoiseStore:
         definition: str,
         total: Any,
         rng_for: RngFor,
+        guard: Callable[[], None] | None = None,
     ) -> NoiseStore:
         """The store of ``partition``: its persisted ledger when a previous attempt left one."""
         path = folder.ledger_path(partition)
@@ -111,7 +120,11 @@ class NoiseStore:
                 )
         else:
             accountant = PrivacyAccountant(definition, total)
-        return cls(folder, partition, accountant, rng_for)
+        return cls(folder, partition, accountant, rng_for, guard)
+
+    def _check_owner(self) -> None:
+        if self.guard is not None:
+            self.guard()
 
     def save_ledger(self) -> None:
         atomic_write_text(
@@ -146,12 +159,14 @@ class NoiseStore:
                 noise = self._load(measurement, size, str(entry.noise_digest))
                 self.reused.append(measurement.name)
                 return noise
+            self._check_owner()
             if measurement.name not in accountant:
                 accountant.charge(measurement)
                 self.save_ledger()
             noise = np.ascontiguousarray(
                 measurement.mechanism.sample(size, self.rng_for(measurement)), dtype=np.int64
             ).reshape(size)
+            self._check_owner()
             buffer = io.BytesIO()
             np.save(buffer, noise, allow_pickle=False)
             atomic_write_bytes(self.folder.noise_path(measurement.name), buffer.getvalue())
