@@ -48,7 +48,8 @@ def assert_rejected_before_noise(output: Path, run_id: str, samples: list[str]) 
     assert samples == []
     folder = RunFolder(output, run_id)
     assert list(folder.noise_dir.glob("*")) == [] and list(folder.ledger_dir.glob("*")) == []
-    audit = json.loads((output / "audit.json").read_text())
+    audit = json.loads(folder.audit_path.read_text())
+    assert not output.exists()  # nothing published, not even a partial release
     assert audit["status"] == "failed" and audit["error_type"] == "ValidationFailed"
     assert audit["validation"]["ok"] is False and audit["validation"]["errors"] > 0
     assert (folder.validation_dir / "report.json").is_file()

@@ -201,7 +201,7 @@ def test_seeded_demo_run_writes_tables_estimates_audit_and_artifacts(
     assert (total["CI_LOWER_90"] <= total["ESTIMATE"]).all()
 
     table = artifacts("phsafe-privacy-us")
-    assert table and "moe" in table[0].data
+    assert table and "MOE 90%" in table[0].data and "[SEEDED]" in table[0].description
     assert "bounded_rho" in artifacts("phsafe-privacy-totals")[0].data
     assert "run demo-1: succeeded" in artifacts("phsafe-audit")[0].data
 
@@ -214,7 +214,8 @@ def test_killed_run_reruns_without_redrawing(
 ) -> None:
     config = small_data / "config.json"
     args = ("--skip-validation", "--seed", "9")
-    assert _run(config, small_data, tmp_path / "clean", *args, "--run-id", "clean") == 0
+    clean = tmp_path / "reference" / "clean"  # its own ledger: a comparison, not a release
+    assert _run(config, small_data, clean, *args, "--run-id", "clean") == 0
     drawn = len(count_samples)
     assert drawn == len(plan_phsafe(load_phsafe_config(config)))
 
@@ -226,24 +227,24 @@ def test_killed_run_reruns_without_redrawing(
         patch.setattr(phsafe_tasks, "postprocess_phsafe", killed)
         assert _run(config, small_data, out, *args, "--run-id", "r1") == 1
     assert len(count_samples) == 2 * drawn
-    failed = json.loads((out / "audit.json").read_text())
+    failed = json.loads(RunFolder(out, "r1").audit_path.read_text())
     assert failed["status"] == "failed" and failed["error_type"] == "RuntimeError"
     assert len(failed["ledger"]["US"]["measurements"]) == drawn
-    assert not list(out.glob("PH*"))  # nothing released by the failed attempt
+    assert not out.exists()  # nothing released by the failed attempt
 
     assert _run(config, small_data, out, *args, "--run-id", "r1") == 0
     assert len(count_samples) == 2 * drawn  # not one sampler call on the rerun
     audit = json.loads((out / "audit.json").read_text())
     assert audit["status"] == "succeeded" and audit["parameters"]["rerun"] is True
     assert audit["draws"] == {"fresh": 0, "reused": drawn}
-    assert _release_bytes(out) == _release_bytes(tmp_path / "clean")
+    assert _release_bytes(out) == _release_bytes(clean)
 
     # A stored vector that no longer matches its ledger digest is neither reused nor redrawn.
     stored = sorted(RunFolder(out, "r1").noise_dir.glob("*.npy"))[0]
     np.save(stored, np.load(stored) + 1)
     assert _run(config, small_data, out, *args, "--run-id", "r1") == 1
     assert len(count_samples) == 2 * drawn
-    audit = json.loads((out / "audit.json").read_text())
+    audit = json.loads(RunFolder(out, "r1").audit_path.read_text())
     assert audit["status"] == "failed" and audit["error_type"] == "NoiseDigestError"
 
 
@@ -260,7 +261,7 @@ def test_secure_rerun_reuses_noise_and_postprocessing_seed(
         patch.setattr(phsafe_tasks, "write_table_folder", killed)
         assert _run(config, small_data, out, "--skip-validation", "--run-id", "s1") == 1
     drawn = len(count_samples)
-    failed = json.loads((out / "audit.json").read_text())
+    failed = json.loads(RunFolder(out, "s1").audit_path.read_text())
     assert failed["randomness"]["secure"] is True and failed["postprocessing"]["seed"] >= 0
     assert _run(config, small_data, out, "--skip-validation", "--run-id", "s1") == 0
     first = _release_bytes(out)
@@ -326,18 +327,19 @@ def test_worker_processes_release_what_threads_release(
 
     config = small_data / "config.json"
     args = ("--skip-validation", "--seed", "6")
-    assert _run(config, small_data, tmp_path / "threads", *args) == 0
+    threads = tmp_path / "threads" / "out"  # each output its own ledger: a comparison
+    assert _run(config, small_data, threads, *args) == 0
     monkeypatch.delenv("DAS_TASK_RUNNER")
     monkeypatch.setenv("PREFECT_API_URL", str(prefect.settings.PREFECT_API_URL.value()))
     from flows.runner import task_runner_from_env
 
     assert task_runner_from_env().cluster_kwargs["processes"] is True
-    out = tmp_path / "processes"
+    out = tmp_path / "processes" / "out"
     assert _run(config, small_data, out, *args) == 0
     audit = json.loads((out / "audit.json").read_text())
     assert audit["status"] == "succeeded"
     assert audit["draws"] == {"fresh": len(plan_phsafe(load_phsafe_config(config))), "reused": 0}
-    assert _release_bytes(out) == _release_bytes(tmp_path / "threads")
+    assert _release_bytes(out) == _release_bytes(threads)
 
 
 @pytest.mark.parametrize("runner", ["threads", "dask"])
@@ -359,7 +361,7 @@ def test_a_load_failure_stops_the_run_with_its_own_error(
         (data / name).write_bytes((small_data / name).read_bytes())
     out = tmp_path / "out"
     assert _run(small_data / "config.json", data, out, "--skip-validation", "--run-id", "f") == 1
-    audit = json.loads((out / "audit.json").read_text())
+    audit = json.loads(RunFolder(out, "f").audit_path.read_text())
     assert audit["status"] == "failed" and audit["error_type"] == "FileNotFoundError"
     assert "load" in audit["timings"] and "measure" not in audit["timings"]
     assert count_samples == [] and not list(RunFolder(out, "f").noise_dir.glob("*"))

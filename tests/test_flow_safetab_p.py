@@ -85,6 +85,10 @@ def test_infinite_budget_run_equals_the_engine_exact_counts(tmp_path: Path) -> N
     assert len(release.t1) > 0
     audit = json.loads((tmp_path / "out" / "audit.json").read_text())
     assert audit["totals"]["US"]["rho"] is None  # ∞ is written as null
+    # Exact counts are released: the release says so, everywhere.
+    assert audit["markers"] == ["NOT-PRIVATE", "SEEDED"]
+    assert audit["randomness"]["release_private"] is False
+    assert (tmp_path / "out" / "NOT-PRIVATE").is_file()
 
 
 def test_seeded_run_writes_tables_audit_and_artifacts(
@@ -119,9 +123,17 @@ def test_seeded_run_writes_tables_audit_and_artifacts(
     folder = RunFolder(out, "seeded-1")
     assert len(list(folder.noise_dir.glob("*.npy"))) == len(ledger)
     assert "measured" in folder.log_path.read_text()
+    assert (out / "SEEDED").is_file() and audit["markers"] == ["SEEDED"]
+    manifest = json.loads((out / "MANIFEST.json").read_text())
+    assert manifest["run_id"] == "seeded-1" and manifest["markers"] == ["SEEDED"]
+    assert manifest["files"]["t1/t1.txt"]["sha256"] == file_sha256(out / "t1/t1.txt")
+    assert manifest["files"]["audit.json"]["sha256"] == file_sha256(out / "audit.json")
     table = artifacts("safetab-p-privacy-us")
-    assert table and "moe" in table[0].data
+    assert table and "MOE 95%" in table[0].data and "[SEEDED]" in table[0].description
     assert "bounded_rho" in artifacts("safetab-p-privacy-totals")[0].data
+    summary = artifacts("safetab-p-audit")[0].data
+    assert "seeded-1: succeeded" in summary and "SEEDED" in summary
+    assert file_sha256(config) in summary  # the config hash, shown to the reviewer
 
 
 def test_killed_run_reruns_without_redrawing(
@@ -129,8 +141,10 @@ def test_killed_run_reruns_without_redrawing(
 ) -> None:
     config = _params(tmp_path)
     args = ("--skip-validation", "--seed", "9")
-    # Reference: the same seed, one uninterrupted run.
-    assert _run(config, tmp_path / "clean", *args, "--run-id", "clean") == 0
+    # Reference: the same seed, one uninterrupted run (its own ledger: a comparison, not a
+    # second release of the data).
+    clean = tmp_path / "reference" / "clean"
+    assert _run(config, clean, *args, "--run-id", "clean") == 0
     drawn = len(count_samples)
     assert drawn > 0
 
@@ -142,9 +156,9 @@ def test_killed_run_reruns_without_redrawing(
         patch.setattr(safetab_tasks, "apply_coterminous", killed)
         assert _run(config, out, *args, "--run-id", "r1") == 1
     assert len(count_samples) == 2 * drawn
-    failed = json.loads((out / "audit.json").read_text())
+    failed = json.loads(RunFolder(out, "r1").audit_path.read_text())
     assert failed["status"] == "failed" and failed["error_type"] == "RuntimeError"
-    assert len(failed["ledger"]["US"]["measurements"]) == drawn and not (out / "t1").exists()
+    assert len(failed["ledger"]["US"]["measurements"]) == drawn and not out.exists()
 
     assert _run(config, out, *args, "--run-id", "r1") == 0
     assert len(count_samples) == 2 * drawn  # not one sampler call on the rerun
@@ -152,15 +166,18 @@ def test_killed_run_reruns_without_redrawing(
     assert audit["status"] == "succeeded" and audit["parameters"]["rerun"] is True
     assert audit["draws"]["fresh"] == 0 and audit["draws"]["reused"] == drawn
     for name in ("t1/t1.txt", "t2/t2.txt"):
-        assert (out / name).read_bytes() == (tmp_path / "clean" / name).read_bytes()
+        assert (out / name).read_bytes() == (clean / name).read_bytes()
 
-    # A stored vector that no longer matches its ledger digest is neither reused nor redrawn.
+    # A stored vector that no longer matches its ledger digest is neither reused nor redrawn;
+    # the published release stays as it was.
+    published = (out / "t1/t1.txt").read_bytes()
     stored = sorted(RunFolder(out, "r1").noise_dir.glob("*.npy"))[0]
     np.save(stored, np.load(stored) + 1)
     assert _run(config, out, *args, "--run-id", "r1") == 1
     assert len(count_samples) == 2 * drawn
-    audit = json.loads((out / "audit.json").read_text())
+    audit = json.loads(RunFolder(out, "r1").audit_path.read_text())
     assert audit["status"] == "failed" and audit["error_type"] == "NoiseDigestError"
+    assert (out / "t1/t1.txt").read_bytes() == published
 
 
 def test_invalid_inputs_exit_1_before_any_noise(tmp_path: Path, count_samples: list[str]) -> None:
@@ -176,7 +193,6 @@ def test_invalid_inputs_exit_1_before_any_noise(tmp_path: Path, count_samples: l
     argv = ["run", "safetab-p", "--config", str(_params(tmp_path)), "--data", str(data)]
     assert main([*argv, "--output", str(out), "--seed", "1", "--run-id", "v"]) == 1
     assert_rejected_before_noise(out, "v", count_samples)
-    assert not (out / "t1").exists()
 
 
 def test_reviewed_coterminous_file_is_used_and_hashed(tmp_path: Path) -> None:
@@ -186,16 +202,15 @@ def test_reviewed_coterminous_file_is_used_and_hashed(tmp_path: Path) -> None:
 
     assert das_main(["coterminous", "derive", "--data", str(TOY), "--output", str(sets_file)]) == 0
     args = ("--skip-validation", "--seed", "9")
-    assert _run(config, tmp_path / "derived", *args) == 0
-    assert _run(config, tmp_path / "file", *args, "--coterminous", str(sets_file)) == 0
+    # Three comparisons of the same data: each output has its own ledger (tmp_path/<case>/).
+    derived, reviewed, none = (tmp_path / case / "out" for case in ("derived", "file", "none"))
+    assert _run(config, derived, *args) == 0
+    assert _run(config, reviewed, *args, "--coterminous", str(sets_file)) == 0
     for name in ("t1/t1.txt", "t2/t2.txt"):
-        derived = (tmp_path / "derived" / name).read_bytes()
-        assert (tmp_path / "file" / name).read_bytes() == derived, name
-    audit = json.loads((tmp_path / "file" / "audit.json").read_text())
+        assert (reviewed / name).read_bytes() == (derived / name).read_bytes(), name
+    audit = json.loads((reviewed / "audit.json").read_text())
     assert audit["inputs"][sets_file.name]["sha256"] == file_sha256(sets_file)
     # An empty set list (header only) turns the fix off: DC's state and county then differ.
     sets_file.write_text("SET_ID|REGION_TYPE|REGION_ID\n")
-    assert _run(config, tmp_path / "none", *args, "--coterminous", str(sets_file)) == 0
-    assert (tmp_path / "none" / "t1/t1.txt").read_bytes() != (
-        tmp_path / "derived" / "t1/t1.txt"
-    ).read_bytes()
+    assert _run(config, none, *args, "--coterminous", str(sets_file)) == 0
+    assert (none / "t1/t1.txt").read_bytes() != (derived / "t1/t1.txt").read_bytes()

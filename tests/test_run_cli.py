@@ -21,9 +21,18 @@ def _args(tmp_path: Path, *extra: str) -> list[str]:
 
 def test_seed_is_refused_in_production(tmp_path: Path, monkeypatch, capsys) -> None:
     monkeypatch.setenv("DAS_PRODUCTION", "1")
+    monkeypatch.setenv("DAS_LEDGER_DIR", str(tmp_path / "ledger"))
     assert main(_args(tmp_path, "--seed", "3")) == EXIT_USAGE
-    assert "refused for production" in capsys.readouterr().err
-    assert not (tmp_path / "out").exists()
+    assert "refused under DAS_PRODUCTION=1: a seed was given" in capsys.readouterr().err
+    assert not (tmp_path / "out").exists() and not (tmp_path / "out.das").exists()
+
+
+def test_production_requires_a_ledger_folder(tmp_path: Path, monkeypatch, capsys) -> None:
+    monkeypatch.setenv("DAS_PRODUCTION", "1")
+    monkeypatch.delenv("DAS_LEDGER_DIR", raising=False)
+    assert main(_args(tmp_path)) == EXIT_USAGE
+    assert "DAS_LEDGER_DIR is not set" in capsys.readouterr().err
+    assert not (tmp_path / "out").exists() and not (tmp_path / "out.das").exists()
 
 
 @pytest.mark.parametrize(

@@ -168,7 +168,9 @@ class AuditRecorder:
         return self.save()
 
 
-_MARKDOWN_SPECIAL = str.maketrans({c: f"\\{c}" for c in "\\`*_{}[]<>()#+-.!|~"})
+# What could change how a value renders: emphasis and code marks, a table cell's bar, HTML and
+# links. (An underscore inside a word is not emphasis in CommonMark, so names stay readable.)
+_MARKDOWN_SPECIAL = str.maketrans({c: f"\\{c}" for c in "\\`*|<>[]"})
 
 
 def md_escape(value: Any) -> str:
