@@ -147,9 +147,12 @@ def test_draw_noise_routes_providers_and_draws_plain_rngs_itself(tmp_path: Path)
 
 
 def test_run_folder_layout_and_ids(tmp_path: Path) -> None:
-    folder = RunFolder(tmp_path, "abc").create()
+    folder = RunFolder(tmp_path / "out", "abc").create()
     assert folder.noise_dir.is_dir() and folder.ledger_dir.is_dir()
-    assert folder.root == tmp_path / ".run" / "abc" and folder.exists()
+    # Run state lives beside the release, never inside it.
+    assert folder.root == tmp_path / "out.das" / "runs" / "abc" and folder.exists()
+    assert folder.staging_dir == tmp_path / "out.das" / "staging" / "abc"
+    assert not (tmp_path / "out").exists()
     assert safe_name("US/USA/1/stage-1") == "US__USA__1__stage-1"
     assert new_run_id() != new_run_id()
     for bad in ("", "../x", "a/b", "x" * 200):

@@ -23,7 +23,9 @@ to hold at once.
 
 from __future__ import annotations
 
+import os
 import re
+import stat
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
 from enum import Enum
@@ -110,13 +112,37 @@ class TableSpec:
 # ------------------------------------------------------------------------------------------------
 
 
+def not_a_regular_file(path: str | Path) -> str | None:
+    """Why ``path`` exists but cannot be read as an input file, or None (absent, or a regular
+    file). A named pipe would block a reader forever; a directory or a dangling link is a
+    mistake the curator should see named, not reported as "not found"."""
+    path = Path(path)
+    if not os.path.lexists(path):
+        return None
+    if path.is_symlink() and not path.exists():
+        return f"{path} is a symbolic link to a missing target ({os.readlink(path)})"
+    mode = path.stat().st_mode
+    if stat.S_ISREG(mode):
+        return None
+    if stat.S_ISDIR(mode):
+        return f"{path} is a directory, not a file"
+    if stat.S_ISFIFO(mode):
+        return f"{path} is a named pipe (FIFO), not a regular file"
+    return f"{path} is not a regular file (a socket or a device)"
+
+
 def resolve_input(data_dir: str | Path, spec: TableSpec) -> Path:
     """Find ``<data_dir>/<stem>.txt|.csv`` (the spec's text suffix) or ``<stem>.parquet``.
 
-    Exactly one must exist: none, or both, is an error (which one is meant would be a guess).
+    Exactly one must exist: none, or both, is an error (which one is meant would be a guess);
+    a path that exists but is not a regular file is named for what it is.
     """
     data_dir = Path(data_dir)
     candidates = [data_dir / f"{spec.stem}{spec.text_suffix}", data_dir / f"{spec.stem}.parquet"]
+    for path in candidates:
+        problem = not_a_regular_file(path)
+        if problem is not None:
+            raise InputFormatError(f"{spec.name} input: {problem}")
     present = [path for path in candidates if path.is_file()]
     if not present:
         names = " or ".join(path.name for path in candidates)
@@ -194,6 +220,18 @@ def _chunk_bounds(path: Path, start: int, size: int, chunk_bytes: int) -> Iterat
             position = end
 
 
+def _invalid_utf8_record(data: bytes) -> int:
+    """0-based index, among the records of ``data`` (blank lines are not records), of the
+    record holding the first byte that is not UTF-8. Only called on that error."""
+    try:
+        data.decode("utf-8")
+    except UnicodeDecodeError as exc:
+        before = data[: exc.start].split(b"\n")
+        # Every complete line before the bad one that holds a record, then the bad line itself.
+        return sum(1 for line in before[:-1] if line.strip(b"\r"))
+    return 0
+
+
 def _parse_chunk(
     path: Path,
     data: pa.Buffer,
@@ -235,9 +273,8 @@ def _parse_chunk(
         if "UTF8" in message:
             column = re.search(r"column #(\d+)", message)
             where = f" in column {header[int(column.group(1))]}" if column else ""
-            raise InputFormatError(
-                f"{path}: invalid UTF-8 data{where} (rows {first_row} onwards)"
-            ) from None
+            row = first_row + _invalid_utf8_record(data.to_pybytes())
+            raise InputFormatError(f"{path}: invalid UTF-8 data{where} in row {row}") from None
         raise InputFormatError(f"{path}: cannot be parsed (rows {first_row} onwards)") from None
     if bad_rows:
         if use_threads and None in bad_rows:

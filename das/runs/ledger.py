@@ -246,14 +246,18 @@ class PrivacyLedger:
         return data
 
     def totals(self, dataset: str) -> dict[str, dict[str, str]]:
-        """Cumulative spend per pass of a dataset, in each definition (exact decimal text)."""
+        """Cumulative spend per pass of a dataset (exact decimal text): ρ whenever a run used
+        zCDP or pure DP (ε²/2), and ε too when every run was pure DP."""
         result: dict[str, dict[str, str]] = {}
         spends = [s for s in self.spends(dataset) if s["status"] in SPENDING]
         for pass_name in sorted({s["pass"] for s in spends}):
             rows = [s for s in spends if s["pass"] == pass_name]
+            definitions = ["zcdp"]
+            if all(row["definition"] == "puredp" for row in rows):
+                definitions.append("puredp")
             result[pass_name] = {
                 definition: decimal_text(self._prior(rows, definition))
-                for definition in ("zcdp", "puredp")
+                for definition in definitions
             }
         return result
 

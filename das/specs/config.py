@@ -36,11 +36,18 @@ class PrivacyDefinition(StrEnum):
     PUREDP = "puredp"
 
 
+def _json_number(value: Any) -> Any:
+    """A value the production file must give as a JSON number (``0.5``, ``Infinity``): a string
+    such as ``"0.5"`` is refused rather than coerced, as the Census's own reader refuses it."""
+    if isinstance(value, bool) or not isinstance(value, int | float):
+        kind = "a boolean" if isinstance(value, bool) else f"a JSON {type(value).__name__}"
+        raise ValueError(f"must be a JSON number, not {kind} ({str(value)[:20]!r})")
+    return value
+
+
 def _budget(value: Any) -> Budget:
-    """Parse a budget: a non-negative decimal, or Infinity (no noise)."""
-    if isinstance(value, bool):
-        raise ValueError("must be a number, not a boolean")
-    parsed = to_fraction(value, allow_infinite=True)
+    """Parse a budget: a non-negative JSON number, or Infinity (no noise)."""
+    parsed = to_fraction(_json_number(value), allow_infinite=True)
     if parsed < 0:
         raise ValueError("must be >= 0")
     return parsed
@@ -178,7 +185,7 @@ class SafeTabPConfig(BaseModel):
     @field_validator("stage_1_fraction", mode="before")
     @classmethod
     def _parse_fraction(cls, value: Any) -> Fraction:
-        fraction = to_fraction(value)
+        fraction = to_fraction(_json_number(value))
         if not 0 < fraction < 1:
             raise ValueError("privacy_budget_p_stage_1_fraction must be strictly between 0 and 1")
         return fraction

@@ -24,6 +24,7 @@ from typing import Any
 import pandas as pd
 
 from das.offline import configure_offline
+from das.validation.report import short_value
 from das.validation.suites import Suite
 
 DATA_DOCS_SITE = "das_validation"
@@ -76,8 +77,26 @@ def _values(values: list[Any] | None) -> list[str]:
     for value in values or []:
         if isinstance(value, dict):
             value = "|".join(str(v) for v in value.values())
-        shown.append(str(value))
+        shown.append(short_value(value))
     return shown
+
+
+GX_VALUE_LIMIT = 64  # longer than any valid field of the production files
+
+
+def _cut_long_values(frame: pd.DataFrame) -> pd.DataFrame:
+    """The GX sample with every value longer than any valid field cut to a prefix (still
+    invalid, so every expectation gives the same verdict), so that Data Docs never copy a huge
+    bad value whole; the engine checks the full values."""
+    cut = {}
+    for column in frame.columns:
+        values = frame[column]
+        if not pd.api.types.is_string_dtype(values):
+            continue
+        long = values.str.len() > GX_VALUE_LIMIT
+        if long.any():
+            cut[column] = values.where(~long, values.str.slice(0, GX_VALUE_LIMIT) + "…")
+    return frame.assign(**cut) if cut else frame
 
 
 def run_suites(batches: list[tuple[Suite, pd.DataFrame]], docs_dir: Path | None) -> list[GxOutcome]:
@@ -114,6 +133,7 @@ def run_suites(batches: list[tuple[Suite, pd.DataFrame]], docs_dir: Path | None)
     source = context.data_sources.add_pandas("das_inputs")
     outcomes = []
     for suite, frame in batches:
+        frame = _cut_long_values(frame)
         asset = source.add_dataframe_asset(name=suite.name)
         batch = asset.add_batch_definition_whole_dataframe(f"{suite.name} rows")
         gx_suite = context.suites.add(gx.ExpectationSuite(**copy.deepcopy(suite.data)))

@@ -447,7 +447,10 @@ def _geo_checks(context: Context, geo: FileScan, units: _Units) -> None:
     )
     geo_rtype = geo.kept["RTYPE"]
     linked = geo_unit >= 0
-    unit_rtype = np.where(linked, units.rtype[np.maximum(geo_unit, 0)], -1)
+    # (an empty units file links nothing: no index into it)
+    unit_rtype = (
+        np.where(linked, units.rtype[np.maximum(geo_unit, 0)], -1) if units.n else geo_unit
+    )
     bad = linked & (geo_rtype >= 0) & (unit_rtype >= 0) & (geo_rtype != unit_rtype)
     add(
         geo.label,

@@ -24,6 +24,16 @@ import numpy as np
 
 MAX_ROWS = 10  # first failing row numbers kept per failure
 MAX_VALUES = 5  # sample values kept per failure (for the first rows)
+VALUE_PREFIX = 40  # characters of a sample value kept in a report
+
+
+def short_value(value: object) -> str:
+    """A sample value as a report shows it: its first :data:`VALUE_PREFIX` characters, and
+    how long it was when cut (a whole 1 MB field is evidence of nothing more than its start)."""
+    text = str(value)
+    if len(text) <= VALUE_PREFIX:
+        return text
+    return f"{text[:VALUE_PREFIX]}… ({len(text):,} characters)"
 
 Severity = Literal["error", "warning"]
 
@@ -129,7 +139,7 @@ class FailureCollector:
             shown = min(MAX_VALUES, len(failure.rows)) if failure.rows else MAX_VALUES
             room = shown - len(failure.values)
             if room > 0:
-                failure.values.extend(str(value) for value in list(values)[:room])
+                failure.values.extend(short_value(value) for value in list(values)[:room])
 
     def has(self, file: str, column: str | None = None, check: str | None = None) -> bool:
         return any(

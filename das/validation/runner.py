@@ -43,6 +43,7 @@ REPORT_SUBDIR = "validation"
 LOG_FILE = "validation.log"
 INTERNAL_ERROR = "internal_error"
 GX_RUN = "great_expectations_run"
+RECORDS_PRESENT = "file_has_records"
 
 logger = logging.getLogger("das.validation")
 T = TypeVar("T")
@@ -68,9 +69,19 @@ class Context:
         logger.info("skipped %s: %s", check, reason)
 
     def add_scan(self, suite: Suite, scan: FileScan) -> FileScan:
+        """Record a scanned file; a file read to its end with no record at all is an error
+        (a release of zero persons or units would be a complete, plausible-looking lie)."""
         self.scans.append((suite, scan))
         self.report.files.append(scan.summary)
-        self.ran(*(e["type"] for e in suite.expectations))
+        self.ran(*(e["type"] for e in suite.expectations), RECORDS_PRESENT)
+        if scan.scanned and scan.summary.rows == 0:
+            self.collector.add(
+                scan.label,
+                None,
+                RECORDS_PRESENT,
+                "the file has a header but no records; nothing can be released from it",
+                count=1,
+            )
         logger.info(
             "%s: %d rows%s",
             scan.label,

@@ -27,7 +27,7 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 from das.io.tables import DEFAULT_CHUNK_BYTES, InputFormatError, TableSpec, iter_raw, read_header
-from das.validation.report import FailureCollector, FileSummary
+from das.validation.report import FailureCollector, FileSummary, short_value
 from das.validation.suites import (
     COLUMN_TYPES,
     TABLE_TYPES,
@@ -276,7 +276,7 @@ def fill_values(collector: FailureCollector, scan: FileScan) -> None:
         return
     for failure in pending:
         texts = found[failure.key]
-        failure.values = [texts[row] for row in wanted[failure.key] if row in texts]
+        failure.values = [short_value(texts[row]) for row in wanted[failure.key] if row in texts]
 
 
 def missing_file(collector: FailureCollector, label: str, message: str) -> None:
