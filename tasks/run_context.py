@@ -259,7 +259,7 @@ def release_run(
     dataset = dataset_key(identity.inputs)
     markers = privacy_markers(request.seed, measurements)
     try:
-        lock = OutputLock(folder.lock_path).acquire(f"{request.product} run {run_id}")
+        lock = OutputLock(folder.lock_path).acquire()
     except RunRefused as exc:
         _refuse(ledger, dataset, run_id, request.product, exc)
         raise

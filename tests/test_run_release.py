@@ -169,7 +169,7 @@ def test_identity_names_what_changed() -> None:
 
 
 def _hold_lock(path: str, started, stop) -> None:
-    lock = OutputLock(Path(path)).acquire("other process")
+    lock = OutputLock(Path(path)).acquire()
     started.set()
     stop.wait(30)
     lock.release()
@@ -183,17 +183,17 @@ def test_the_output_lock_refuses_a_second_run_and_dies_with_its_holder(tmp_path:
     holder.start()
     assert started.wait(30)
     with pytest.raises(RunRefused, match="another run is writing this output"):
-        OutputLock(folder.lock_path, wait_seconds=0.5).acquire("me")
+        OutputLock(folder.lock_path, wait_seconds=0.5).acquire()
     holder.kill()  # kill -9: the kernel drops the lock
     holder.join()
-    OutputLock(folder.lock_path, wait_seconds=5).acquire("me").release()
+    OutputLock(folder.lock_path, wait_seconds=5).acquire().release()
 
 
 def test_a_lease_is_lost_when_the_owner_dies_or_a_newer_attempt_takes_over(
     tmp_path: Path,
 ) -> None:
     folder = RunFolder(tmp_path / "out", "a").create()
-    lock = OutputLock(folder.lock_path).acquire("attempt 1")
+    lock = OutputLock(folder.lock_path).acquire()
     lease = new_lease(folder)
     lease.check()  # owner alive, token current
     newer = new_lease(folder)

@@ -83,7 +83,7 @@ class OutputLock:
         self.wait_seconds = wait_seconds
         self._fd: int | None = None
 
-    def acquire(self, owner: str) -> OutputLock:
+    def acquire(self) -> OutputLock:
         """Take the lock (waiting briefly: a dying attempt's tasks may be probing it)."""
         self.path.parent.mkdir(parents=True, exist_ok=True)
         fd = os.open(self.path, os.O_RDWR | os.O_CREAT, 0o666)
@@ -100,8 +100,7 @@ class OutputLock:
                         "wait for it to finish, or choose another --output"
                     ) from None
                 time.sleep(0.2)
-        os.ftruncate(fd, 0)
-        os.write(fd, f"{owner} pid {os.getpid()}\n".encode())
+        # The lock file's content and times are left alone: a refused run touches nothing.
         self._fd = fd
         return self
 
