@@ -10,7 +10,7 @@ from collections.abc import Sequence
 from das.offline import configure_offline
 
 # Each module registers its sub-commands; a module is imported only to build the parser.
-COMMAND_MODULES = ("budget", "synth", "validate", "run", "coterminous", "swap", "demo")
+COMMAND_MODULES = ("budget", "synth", "validate", "run", "coterminous", "swap", "demo", "explore")
 
 
 def build_parser() -> argparse.ArgumentParser:
