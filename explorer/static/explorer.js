@@ -397,7 +397,7 @@ function renderSimulation() {
       el("div", { class: "table-wrap" }, el("table", { class: "grid" }, head, ...rows)));
     const keys = Object.keys(r.levels);
     plotSimMoe(keys.map((k) => ({ key: k, ...r.levels[k].cells })));
-    fillSelect($("sim-workload-level"), keys.filter((k) => r.levels[k].workload), "(STATE, 2)");
+    fillSelect($("sim-workload-level"), keys.filter((k) => r.levels[k].workload), "(USA, 2)");
     fillSelect($("sim-suppression-level"), keys.filter((k) => r.levels[k].suppression), "(COUNTY, 2)");
     plotSimWorkload(); plotSimSuppression();
   } else {
