@@ -240,3 +240,22 @@ def test_simulation_refuses_unmarked_folders_and_cancels(
     while job.status == "running" and time.monotonic() < deadline:
         time.sleep(0.1)
     assert job.status == "cancelled"
+
+
+@pytest.mark.slow
+def test_phsafe_simulation_runs_the_engine_and_postprocessing(
+    preset: dict, tmp_path: Path
+) -> None:
+    from das.synth import generate_phsafe
+
+    folder = tmp_path / "ph"
+    config = tmp_path / "config.json"
+    config.write_text(params.export_text("phsafe", preset["phsafe"]["passes"]["US"]))
+    generate_phsafe(folder, 8_000, 5, config)
+    result = simulate.simulate_phsafe(
+        preset["phsafe"], folder, 1, 3, "US", "hpd", lambda *_: None, lambda: None
+    )
+    queries = {q["key"]: q for q in result["queries"]}
+    assert queries["PH1_num/usa_*"]["predicted_moe"] == 500
+    pooled = result["accuracy"]["moe_within_overall"]
+    assert 0.85 < pooled["fraction"] < 0.95  # 90% MOE over thousands of cells

@@ -205,6 +205,19 @@ def test_explorer_in_chromium(explorer_url: str, tmp_path: Path) -> None:
         assert page.locator("#sim-results table tr").count() > 10
         page.screenshot(path=str(SCREENSHOTS / "simulate.png"), full_page=True)
 
+        # Simulate PHSafe (engine + postprocessing) on the PHSafe population made above.
+        page.select_option("#sim-product", "phsafe")
+        page.wait_for_function(
+            f"{options}.length > 0 && {options}.every(o => o.text.startsWith('phsafe'))"
+        )
+        page.fill("#sim-replicates", "1")
+        before = page.evaluate("document.body.dataset.simReady || null")
+        page.click("#sim-start")
+        _wait_changed(page, "simReady", before, timeout=240_000)
+        assert page.evaluate("document.body.dataset.simStatus") == "done"
+        assert "interval coverage" in page.locator("#sim-results").inner_text()
+        page.screenshot(path=str(SCREENSHOTS / "simulate-phsafe.png"), full_page=True)
+
         browser.close()
     assert errors == []
     outside = [

@@ -407,15 +407,16 @@ function renderSimulation() {
     const rows = r.queries.map((q) => el("tr", {}, el("td", { class: "key", text: q.key }), el("td", { text: fmt(q.count) }),
       el("td", { text: share(q.within_moe) }), el("td", { text: fmt(q.quantile) }), el("td", { text: fmt(q.predicted_moe) })));
     $("sim-results").replaceChildren(el("h4", { text: `PHSafe ${r.pass}, ${r.replicates} replicate(s), seed ${r.seed}, ${r.interval} intervals` }),
-      el("pre", { text: JSON.stringify({ moe_overall: acc.moe_overall, count_overall: acc.count_overall, ratio_overall: acc.ratio_overall }, null, 1) }),
+      el("p", { text: `cells within their 90% MOE: ${share(acc.moe_within_overall.fraction)} of ${fmt(acc.moe_within_overall.cells)}; ` +
+        `count-table 90% interval coverage: ${share(acc.count_coverage_overall.fraction)}; average-table coverage: ${share(acc.ratio_coverage_overall.fraction)}` }),
       el("div", { class: "table-wrap" }, el("table", { class: "grid" }, head, ...rows)));
     plotSimMoe(r.queries);
-    const counts = acc.counts || {};
+    const counts = acc.count_coverage || {};
     const tables = Object.keys(counts);
-    const ratios = acc.ratios || {};
+    const ratios = acc.ratio_coverage || {};
     Plotly.react("plot-sim-coverage", [
       { type: "bar", x: tables, y: tables.map((t) => counts[t].all.fraction), name: "count tables" },
-      { type: "bar", x: Object.keys(ratios), y: Object.values(ratios).map((x) => x.coverage.all.fraction), name: "averages" },
+      { type: "bar", x: Object.keys(ratios), y: Object.values(ratios).map((x) => x.all.fraction), name: "averages" },
     ], layout({ yaxis: { title: { text: "coverage" }, range: [0, 1] }, shapes: [{ type: "line", xref: "paper", x0: 0, x1: 1, y0: 0.9, y1: 0.9, line: { dash: "dot" } }] }), PLOT_CONFIG);
   }
   document.body.dataset.simReady = String(Date.now());
