@@ -243,9 +243,7 @@ def test_simulation_refuses_unmarked_folders_and_cancels(
 
 
 @pytest.mark.slow
-def test_phsafe_simulation_runs_the_engine_and_postprocessing(
-    preset: dict, tmp_path: Path
-) -> None:
+def test_phsafe_simulation_runs_the_engine_and_postprocessing(preset: dict, tmp_path: Path) -> None:
     from das.synth import generate_phsafe
 
     folder = tmp_path / "ph"
