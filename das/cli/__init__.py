@@ -19,6 +19,7 @@ COMMAND_MODULES = (
     "coterminous",
     "swap",
     "demo",
+    "explore",
 )
 
 

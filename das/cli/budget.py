@@ -9,9 +9,9 @@ import sys
 from pathlib import Path
 from typing import Any
 
+from das.budget.report import budget_report, render_budget_report
 from das.privacy import calculators, conversions
 from das.privacy.exact import to_fraction
-from das.privacy.report import budget_report, render_budget_report
 from das.specs.config import ConfigError
 
 DEFAULT_DELTA = 1e-10

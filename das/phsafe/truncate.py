@@ -151,3 +151,35 @@ def truncate_and_join(persons: pd.DataFrame, units: pd.DataFrame, tau: int) -> p
     kept_persons = truncate_per_key(persons, tau)
     unique_units = drop_non_unique(units)
     return kept_persons.merge(unique_units, on=KEY, how="inner", suffixes=("", "_unit"))
+
+
+def truncation_profile(
+    persons: pd.DataFrame, units: pd.DataFrame, taus: Sequence[int]
+) -> dict[str, object]:
+    """How much each τ would truncate: aggregate counts only, for tuning τ on synthetic data.
+
+    ``persons`` and ``units`` are a joined table's universe (filters applied); a household's
+    size is its number of persons that the join would keep before truncation (MAFID unique in
+    ``units``). For each τ: households above τ, and persons dropped (Σ max(size − τ, 0)).
+    """
+    unique_units = drop_non_unique(units)[KEY].to_numpy().astype(np.int64)
+    keys = persons[KEY].to_numpy().astype(np.int64)
+    keys = keys[np.isin(keys, unique_units)]
+    _, sizes = np.unique(keys, return_counts=True)
+    largest = int(sizes.max()) if sizes.size else 0
+    by_size = np.bincount(sizes, minlength=largest + 1).astype(np.int64)
+    size_values = np.arange(by_size.size, dtype=np.int64)
+    households_above, persons_dropped = [], []
+    for tau in taus:
+        if tau < 1:
+            raise ValueError(f"Invalid truncation threshold {tau} (need >= 1)")
+        above = size_values > tau
+        households_above.append(int(by_size[above].sum()))
+        persons_dropped.append(int((by_size[above] * (size_values[above] - tau)).sum()))
+    return {
+        "households": int(sizes.size),
+        "persons": int(sizes.sum()),
+        "largest_household": largest,
+        "households_above_tau": households_above,
+        "persons_dropped": persons_dropped,
+    }

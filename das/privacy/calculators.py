@@ -24,6 +24,8 @@ import math
 from fractions import Fraction
 from typing import Any, Literal, NamedTuple
 
+import numpy as np
+from numpy.typing import ArrayLike, NDArray
 from scipy.optimize import brentq
 from scipy.stats import norm
 
@@ -180,6 +182,54 @@ def suppression_threshold(rho: Any, stage1_fraction: Any, p: float, sensitivity:
     sigma_squared = delta * delta / (2 * (1 - gamma) * budget)
     noise = distributions.DiscreteGaussian(sigma_squared)
     return int(distributions.suppression_threshold(noise, p))
+
+
+def sum_moe(variance: float, cells: ArrayLike, confidence: float) -> NDArray[np.float64]:
+    """Margin of error z·√(k·variance) of a sum of k independent cells of this noise variance.
+
+    A SafeTab-P T1 count of a group with a sex × age breakdown is the sum of its 2·bins noisy
+    cells (8, 18 or 46), so its error is larger than a cell's. The sum is no longer one of the
+    two discrete distributions; this is the papers' Gaussian bound, as ``moe_gaussian_bound``.
+    """
+    if not variance >= 0 or math.isinf(variance):
+        raise ValueError(f"Invalid variance: {variance} (need a finite number >= 0)")
+    k = np.asarray(cells, dtype=np.float64)
+    if (k < 0).any():
+        raise ValueError("cells must be >= 0")
+    return z_score(confidence) * np.sqrt(k * float(variance))
+
+
+def threshold_class_probabilities(
+    distribution: distributions.NoiseDistribution,
+    thresholds: ArrayLike,
+    sizes: ArrayLike,
+) -> NDArray[np.float64]:
+    """P(class k | true size n) when n + X is binned by increasing ``thresholds`` (right-open).
+
+    SafeTab-P's stage 1: the noisy total n + X picks workload k = #{t ≤ n + X} (below t₀ → 0,
+    …, at or above the last → len(thresholds)). With F the CDF of X,
+    P(n + X < t) = F(t − n − 1), so P(k) = F(t_k − n − 1) − F(t_{k−1} − n − 1) with
+    F(t_{−1} − ·) = 0 and F(t_K − ·) = 1. Returns shape ``sizes.shape + (len(thresholds)+1,)``.
+    """
+    edges = np.asarray(thresholds, dtype=np.int64)
+    if edges.ndim != 1 or edges.size == 0 or np.any(np.diff(edges) <= 0):
+        raise ValueError("thresholds must be a non-empty, strictly increasing list")
+    n = np.asarray(sizes, dtype=np.float64)
+    below = [np.asarray(distribution.cdf(t - n - 1.0), dtype=np.float64) for t in edges]
+    cumulative = np.stack([np.zeros_like(n), *below, np.ones_like(n)], axis=-1)
+    return np.clip(np.diff(cumulative, axis=-1), 0.0, 1.0)
+
+
+def suppression_probability(
+    distribution: distributions.NoiseDistribution, threshold: int, sizes: ArrayLike
+) -> NDArray[np.float64]:
+    """P(n + X ≤ T): a total-only group of true size n is suppressed (kept only when > T).
+
+    SafeTab-P §5.3.2, Figure 1: at n = 0 this is at least the zero-suppression chance p that
+    chose T (:func:`suppression_threshold`); it falls to 1/2 near n = T.
+    """
+    n = np.asarray(sizes, dtype=np.float64)
+    return np.asarray(distribution.cdf(int(threshold) - n), dtype=np.float64)
 
 
 def swap_epsilon(b: int, p: float | Fraction) -> float:

@@ -244,13 +244,17 @@ class SafeTabPConfig(BaseModel):
         ]
 
 
-def load_safetab_p_config(path: str | Path) -> SafeTabPConfig:
-    """Read and validate a SafeTab-P ``config.json``; :class:`ConfigError` lists problems."""
-    data = _read_json(Path(path))
+def parse_safetab_p_config(data: dict[str, Any], source: str) -> SafeTabPConfig:
+    """Validate production keys already read (e.g. edited in the tuning explorer)."""
     try:
         return SafeTabPConfig.model_validate(data)
     except ValidationError as exc:
-        raise ConfigError(_format_errors(str(path), exc)) from None
+        raise ConfigError(_format_errors(source, exc)) from None
+
+
+def load_safetab_p_config(path: str | Path) -> SafeTabPConfig:
+    """Read and validate a SafeTab-P ``config.json``; :class:`ConfigError` lists problems."""
+    return parse_safetab_p_config(_read_json(Path(path)), str(path))
 
 
 # --------------------------------------------------------------------------------------------
@@ -385,13 +389,17 @@ class PHSafeConfig(BaseModel):
         return [key for key, budget in self.privacy_budget.items() if budget > 0]
 
 
-def load_phsafe_config(path: str | Path) -> PHSafeConfig:
-    """Read and validate a PHSafe ``config.json``; raise :class:`ConfigError` listing problems."""
-    data = _read_json(Path(path))
+def parse_phsafe_config(data: dict[str, Any], source: str) -> PHSafeConfig:
+    """Validate the production keys of one PHSafe pass already read."""
     try:
         return PHSafeConfig.model_validate(data)
     except ValidationError as exc:
-        raise ConfigError(_format_errors(str(path), exc)) from None
+        raise ConfigError(_format_errors(source, exc)) from None
+
+
+def load_phsafe_config(path: str | Path) -> PHSafeConfig:
+    """Read and validate a PHSafe ``config.json``; raise :class:`ConfigError` listing problems."""
+    return parse_phsafe_config(_read_json(Path(path)), str(path))
 
 
 def detect_product(path: str | Path) -> Literal["safetab-p", "phsafe"]:

@@ -1,0 +1,226 @@
+"""`das explore` in headless Chromium: the page opens on the 2020 parameters, a MOE target
+changes ρ and the total to the calculator's values, the exported config passes `das budget
+report` with the same totals, and every panel is photographed (docs/screenshots/explorer/).
+
+Needs Debian's chromium (/usr/bin/chromium) and Playwright for Python (dev extra); skips
+cleanly without them. Every request of the page must stay on 127.0.0.1 (offline page).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import socket
+import subprocess
+import sys
+import time
+import urllib.request
+from fractions import Fraction
+from pathlib import Path
+
+import pytest
+
+from das.budget.report import budget_report
+from das.privacy import calculators
+
+REPO = Path(__file__).resolve().parents[1]
+CHROMIUM = Path("/usr/bin/chromium")
+SCREENSHOTS = Path(os.environ.get("DAS_EXPLORER_SCREENSHOTS", REPO / "docs/screenshots/explorer"))
+DEMO_SPECS = REPO / "data_specs" / "safetab_p" / "demo"
+PRESET = REPO / "data_specs" / "presets" / "production_2020" / "safetab_p" / "config.json"
+LAUNCH_ARGS = [
+    "--no-sandbox",
+    "--disable-gpu",
+    "--disable-background-networking",
+    "--disable-component-update",
+    "--no-first-run",
+    "--host-resolver-rules=MAP * ~NOTFOUND, EXCLUDE 127.0.0.1",
+]
+
+playwright_api = pytest.importorskip("playwright.sync_api", reason="playwright not installed")
+pytestmark = [
+    pytest.mark.slow,
+    pytest.mark.skipif(not CHROMIUM.is_file(), reason="Debian chromium not installed"),
+]
+
+
+def _free_port() -> int:
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        return probe.getsockname()[1]
+
+
+@pytest.fixture
+def explorer_url(tmp_path: Path):
+    port = _free_port()
+    server = subprocess.Popen(
+        [
+            sys.executable,
+            "-m",
+            "das",
+            "explore",
+            "--no-browser",
+            "--port",
+            str(port),
+            "--workspace",
+            str(tmp_path / "workspace"),
+        ],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+        text=True,
+    )
+    url = f"http://127.0.0.1:{port}/"
+    try:
+        deadline = time.monotonic() + 60
+        while True:
+            try:
+                urllib.request.urlopen(url, timeout=2).read()
+                break
+            except OSError:
+                if server.poll() is not None or time.monotonic() > deadline:
+                    raise RuntimeError(
+                        f"das explore did not start: {server.stdout.read()}"
+                    ) from None
+                time.sleep(0.3)
+        yield url
+    finally:
+        server.terminate()
+        server.wait(timeout=20)
+
+
+def _wait_changed(page, attribute: str, before: str | None, timeout: float = 60_000) -> None:
+    value = f"document.body.dataset.{attribute}"
+    page.wait_for_function(f"{value} && {value} !== {json.dumps(before)}", timeout=timeout)
+
+
+def test_explorer_in_chromium(explorer_url: str, tmp_path: Path) -> None:
+    SCREENSHOTS.mkdir(parents=True, exist_ok=True)
+    requests: list[str] = []
+    with playwright_api.sync_playwright() as driver:
+        browser = driver.chromium.launch(executable_path=str(CHROMIUM), args=LAUNCH_ARGS)
+        page = browser.new_page(viewport={"width": 1500, "height": 1000}, accept_downloads=True)
+        page.on("request", lambda request: requests.append(request.url))
+        errors: list[str] = []
+        page.on("pageerror", lambda error: errors.append(str(error)))
+        page.goto(explorer_url)
+
+        # The first screen: the 2020 production parameters, SafeTab-P US total ρ = 4.944.
+        total = page.locator("#stp-total-US")
+        total.wait_for()
+        assert total.inner_text() == "4.944"
+        assert page.locator("#stp-total-PR").inner_text() == "2.643"
+        page.wait_for_timeout(500)
+        page.screenshot(path=str(SCREENSHOTS / "safetab-p.png"))
+        page.locator("#panel-safetab .plots").screenshot(
+            path=str(SCREENSHOTS / "safetab-p-plots.png")
+        )
+
+        # Change the 95% MOE target of (COUNTY, 2) from 11 to 12: ρ and the total follow.
+        before = page.evaluate("document.body.dataset.stpReady")
+        moe = page.locator('input[data-role="moe"][data-key="(COUNTY, 2)"]')
+        moe.fill("12")
+        moe.press("Enter")
+        _wait_changed(page, "stpReady", before)
+        expected_rho = round(
+            calculators.rho_for_moe(12, 0.95, 3, stage_fraction=Fraction(9, 10)).rho_total, 6
+        )
+        shown_rho = page.locator('input[data-role="budget"][data-key="(COUNTY, 2)"]').input_value()
+        assert float(shown_rho) == expected_rho
+        config = json.loads(PRESET.read_text())
+        config["privacy_budget_p_level_2_county"] = expected_rho
+        edited = tmp_path / "expected" / "config.json"
+        edited.parent.mkdir()
+        edited.write_text(json.dumps(config))
+        expected = budget_report(edited, specs_dir=DEMO_SPECS)["passes"]["US"]
+        shown_total = page.locator("#stp-total-US").inner_text()
+        assert float(shown_total) == expected["rho"]
+        assert Fraction(shown_total) == Fraction(expected["rho_exact"])
+
+        # Export, then `das budget report` on the file: the same totals to the last digit.
+        page.click("nav button[data-panel=files]")
+        with page.expect_download() as download:
+            page.click("#export-safetab")
+        exported = tmp_path / "export" / "config.json"
+        download.value.save_as(exported)
+        page.screenshot(path=str(SCREENSHOTS / "load-export.png"))
+        report = subprocess.run(
+            [
+                sys.executable,
+                "-m",
+                "das",
+                "budget",
+                "report",
+                "--config",
+                str(exported),
+                "--specs",
+                str(DEMO_SPECS),
+                "--json",
+            ],
+            capture_output=True,
+            text=True,
+            check=True,
+        )
+        passes = json.loads(report.stdout)["passes"]
+        assert str(passes["US"]["rho"]) == shown_total
+        assert passes["US"]["rho_exact"] == expected["rho_exact"]
+        assert str(passes["PR"]["rho"]) == page.locator("#stp-total-PR").inner_text()
+
+        # Compare: the edited level is highlighted against the 2020 preset.
+        before = page.evaluate("document.body.dataset.cmpReady || null")
+        page.click("nav button[data-panel=compare]")
+        _wait_changed(page, "cmpReady", before)
+        changed = page.locator("#cmp-table tr", has=page.locator("td.key", has_text="(COUNTY, 2)"))
+        assert changed.locator("td.diff").count() >= 2
+        page.screenshot(path=str(SCREENSHOTS / "compare.png"))
+
+        # PHSafe: 2020 totals; τ on a synthetic population.
+        page.click("nav button[data-panel=phsafe]")
+        assert page.locator("#ph-total-US").inner_text() == "1.257281"
+        assert page.locator("#ph-total-PR").inner_text() == "1.226649"
+        page.click("nav button[data-panel=simulate]")
+        page.select_option("#sim-product", "phsafe")
+        page.fill("#synth-persons", "20000")
+        page.click("#synth-run")
+        page.wait_for_function("document.querySelector('#sim-population').options.length > 0")
+        page.click("nav button[data-panel=phsafe]")
+        page.wait_for_function("document.querySelector('#ph-trunc-population').options.length > 0")
+        before = page.evaluate("document.body.dataset.truncReady || null")
+        page.click("#ph-trunc-run")
+        _wait_changed(page, "truncReady", before)
+        page.screenshot(path=str(SCREENSHOTS / "phsafe.png"))
+        page.locator("#panel-phsafe .plots").screenshot(path=str(SCREENSHOTS / "phsafe-plots.png"))
+
+        # Simulate SafeTab-P on a synthetic population: progress, then results and plots.
+        page.click("nav button[data-panel=simulate]")
+        page.select_option("#sim-product", "safetab-p")
+        page.fill("#synth-persons", "20000")
+        page.click("#synth-run")
+        options = "[...document.querySelector('#sim-population').options]"
+        page.wait_for_function(f"{options}.some(o => o.text.startsWith('safetab-p'))")
+        page.fill("#sim-replicates", "2")
+        before = page.evaluate("document.body.dataset.simReady || null")
+        page.click("#sim-start")
+        _wait_changed(page, "simReady", before, timeout=240_000)
+        assert page.evaluate("document.body.dataset.simStatus") == "done"
+        assert page.locator("#sim-results table tr").count() > 10
+        page.screenshot(path=str(SCREENSHOTS / "simulate.png"), full_page=True)
+
+        # Simulate PHSafe (engine + postprocessing) on the PHSafe population made above.
+        page.select_option("#sim-product", "phsafe")
+        page.wait_for_function(
+            f"{options}.length > 0 && {options}.every(o => o.text.startsWith('phsafe'))"
+        )
+        page.fill("#sim-replicates", "1")
+        before = page.evaluate("document.body.dataset.simReady || null")
+        page.click("#sim-start")
+        _wait_changed(page, "simReady", before, timeout=240_000)
+        assert page.evaluate("document.body.dataset.simStatus") == "done"
+        assert "interval coverage" in page.locator("#sim-results").inner_text()
+        page.screenshot(path=str(SCREENSHOTS / "simulate-phsafe.png"), full_page=True)
+
+        browser.close()
+    assert errors == []
+    outside = [
+        url for url in requests if not url.startswith(("http://127.0.0.1:", "blob:", "data:"))
+    ]
+    assert outside == []
