@@ -1,9 +1,10 @@
-"""What the product flows share: starting a run (run folder, audit, input hashes), the
-validation gate, the audited run context (log file; audit and artifact on success *and*
-failure), combining per-partition ledgers, and the privacy-spend artifacts.
+"""What the product flows share besides the release run itself (:mod:`tasks.run_context`): the
+run log file, the validation gate, waiting on the cluster, combining per-partition ledgers, and
+the Prefect artifacts (privacy spend per pass, the audit summary, the validation report link).
 
-Artifacts and logs carry aggregates only (budgets, noise parameters, row counts, hashes):
-never a record, a true count or a noise value.
+Artifacts and logs carry stage names, timings, hashes, budgets, noise parameters and noisy row
+counts only: never a record, a true count, a noise value or a count of input records (those go
+to the curator's local log, :mod:`das.runs.curator_log`).
 """
 
 from __future__ import annotations
