@@ -126,3 +126,18 @@ def test_a_huge_bad_value_is_cut_to_a_prefix_in_every_report(
     for path in (tmp_path / "report").rglob("*"):
         if path.is_file():
             assert "9" * 1000 not in path.read_text(errors="replace"), path
+
+
+def test_a_phsafe_budget_written_as_a_string_is_refused_but_python_callers_may_use_text(
+    tmp_path: Path,
+) -> None:
+    from das.specs.config import ConfigError, PHSafeConfig, load_phsafe_config
+
+    settings = json.loads(PHSAFE_DEMO_CONFIG.read_text())
+    settings["privacy_budget"]["PH2"]["usa_*"] = "0.01"
+    path = tmp_path / "config.json"
+    path.write_text(json.dumps(settings))
+    with pytest.raises(ConfigError, match=r"privacy_budget\.PH2\.usa_\*: must be a JSON number"):
+        load_phsafe_config(path)
+    # The typed model itself takes exact decimal text from Python code (not from a file).
+    assert PHSafeConfig.model_validate(settings).privacy_budget

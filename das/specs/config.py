@@ -36,18 +36,32 @@ class PrivacyDefinition(StrEnum):
     PUREDP = "puredp"
 
 
-def _json_number(value: Any) -> Any:
-    """A value the production file must give as a JSON number (``0.5``, ``Infinity``): a string
-    such as ``"0.5"`` is refused rather than coerced, as the Census's own reader refuses it."""
-    if isinstance(value, bool) or not isinstance(value, int | float):
-        kind = "a boolean" if isinstance(value, bool) else f"a JSON {type(value).__name__}"
-        raise ValueError(f"must be a JSON number, not {kind} ({str(value)[:20]!r})")
-    return value
+_JSON_KINDS = {str: "string", list: "array", dict: "object", bool: "boolean", type(None): "null"}
+
+
+def _not_json_numbers(values: dict[str, Any]) -> list[str]:
+    """``name: problem`` for each value a production file must give as a JSON number
+    (``0.5``, ``Infinity``) but does not: a budget written ``"0.5"`` is refused, not coerced.
+    (Python callers of the models may pass exact decimal strings; files may not.)"""
+    problems = []
+    for name, value in values.items():
+        if isinstance(value, bool) or not isinstance(value, int | float):
+            kind = _JSON_KINDS.get(type(value), type(value).__name__)
+            problems.append(f"{name}: must be a JSON number, not a JSON {kind} ({value!r:.24})")
+    return problems
+
+
+def _refuse_non_numbers(problems: list[str], source: str) -> None:
+    if problems:
+        lines = [f"{source}: invalid configuration ({len(problems)} problem(s))"]
+        raise ConfigError("\n".join(lines + [f"  - {problem}" for problem in problems]))
 
 
 def _budget(value: Any) -> Budget:
-    """Parse a budget: a non-negative JSON number, or Infinity (no noise)."""
-    parsed = to_fraction(_json_number(value), allow_infinite=True)
+    """Parse a budget: a non-negative decimal, or Infinity (no noise)."""
+    if isinstance(value, bool):
+        raise ValueError("must be a number, not a boolean")
+    parsed = to_fraction(value, allow_infinite=True)
     if parsed < 0:
         raise ValueError("must be >= 0")
     return parsed
@@ -185,7 +199,7 @@ class SafeTabPConfig(BaseModel):
     @field_validator("stage_1_fraction", mode="before")
     @classmethod
     def _parse_fraction(cls, value: Any) -> Fraction:
-        fraction = to_fraction(_json_number(value))
+        fraction = to_fraction(value)
         if not 0 < fraction < 1:
             raise ValueError("privacy_budget_p_stage_1_fraction must be strictly between 0 and 1")
         return fraction
@@ -254,7 +268,14 @@ def parse_safetab_p_config(data: dict[str, Any], source: str) -> SafeTabPConfig:
 
 def load_safetab_p_config(path: str | Path) -> SafeTabPConfig:
     """Read and validate a SafeTab-P ``config.json``; :class:`ConfigError` lists problems."""
-    return parse_safetab_p_config(_read_json(Path(path)), str(path))
+    data = _read_json(Path(path))
+    numeric = {
+        key: value
+        for key, value in data.items()
+        if key.startswith("privacy_budget_p_") or key == "zero_suppression_chance"
+    }
+    _refuse_non_numbers(_not_json_numbers(numeric), str(path))
+    return parse_safetab_p_config(data, str(path))
 
 
 # --------------------------------------------------------------------------------------------
@@ -399,7 +420,17 @@ def parse_phsafe_config(data: dict[str, Any], source: str) -> PHSafeConfig:
 
 def load_phsafe_config(path: str | Path) -> PHSafeConfig:
     """Read and validate a PHSafe ``config.json``; raise :class:`ConfigError` listing problems."""
-    return parse_phsafe_config(_read_json(Path(path)), str(path))
+    data = _read_json(Path(path))
+    budgets = data.get("privacy_budget")
+    if isinstance(budgets, dict):
+        numeric = {
+            f"privacy_budget.{table}.{key}": value
+            for table, levels in budgets.items()
+            if isinstance(levels, dict)
+            for key, value in levels.items()
+        }
+        _refuse_non_numbers(_not_json_numbers(numeric), str(path))
+    return parse_phsafe_config(data, str(path))
 
 
 def detect_product(path: str | Path) -> Literal["safetab-p", "phsafe"]:
