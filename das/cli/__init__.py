@@ -11,6 +11,8 @@ from das.offline import configure_offline
 
 # Each module registers its sub-commands; a module is imported only to build the parser.
 COMMAND_MODULES = ("budget", "synth", "validate", "run", "coterminous", "swap", "demo")
+# Privacy audit (issue 14): its own entry, appended so merges with other commands stay easy.
+COMMAND_MODULES += ("audit_privacy",)
 
 
 def build_parser() -> argparse.ArgumentParser:
