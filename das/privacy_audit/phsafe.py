@@ -373,7 +373,7 @@ def audit_phsafe(
         neighbours=(neighbour,),
         notes=(
             f"D: {persons} synthetic persons (das synth, seed {population_seed}) plus the "
-            "household below; D′ adds the person whose moves cost the most among the "
+            "household described above; D′ adds the person whose moves cost the most among the "
             "candidates (realised loss, computed by the plan's mechanisms).",
         ),
     )

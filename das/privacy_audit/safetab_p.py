@@ -446,8 +446,8 @@ def audit_safetab_p(
         neighbours=tuple(neighbours),
         notes=(
             f"D: {persons} synthetic persons (das synth, seed {population_seed}); D′ = D plus "
-            "the person below, per pass. Stage-1 and stage-2 answers of every group they are "
-            "in are redrawn per trial, the stage-2 workload chosen from the trial's stage-1 "
-            "answer exactly as the engine does.",
+            "the person described above, per pass. Stage-1 and stage-2 answers of every group "
+            "they are in are redrawn per trial, the stage-2 workload chosen from the trial's "
+            "stage-1 answer exactly as the engine does.",
         ),
     )
