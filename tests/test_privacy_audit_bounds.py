@@ -178,3 +178,15 @@ def test_threshold_test_picks_a_useful_threshold_and_reports_its_rates() -> None
     assert 0.9 < bound <= 1.0
     with pytest.raises(ValueError, match="same number"):
         threshold_test(np.zeros(10), np.zeros(11), epsilon_lower_bound, 0.95)
+
+
+def test_gaussian_trade_off_curve_would_overstate_the_discrete_gaussian() -> None:
+    """Why ρ is bounded through Rényi divergences and not read off the Gaussian trade-off
+    curve: the discrete Gaussian with σ² = 1/4 (ρ = 2 at Δ = 1) beats that curve, so the
+    curve's "ρ" would exceed the truth; the Rényi bound stays below it."""
+    mechanism = DiscreteGaussianMechanism("1/4")
+    fpr = float(mechanism.distribution.sf(0))  # reject D when the answer is ≥ 1
+    fnr = float(mechanism.distribution.cdf(-1))
+    mu = norm.ppf(1 - fpr) - norm.ppf(fnr)
+    assert mu * mu / 2 > 3.0 > float(mechanism.privacy_function(1)) == 2.0
+    assert float(rho_lower_bound(fpr, fnr)) <= 2.0
