@@ -11,6 +11,7 @@ import pytest
 from das.io.phsafe import read_persons, read_units
 from das.privacy.noise import seeded_rng
 from das.privacy_audit.audit import AuditReport
+from das.privacy_audit.broken import noise_halved
 from das.privacy_audit.phsafe import FEMALE, MALE, Member, audit_phsafe, household_codes
 from das.privacy_audit.safetab_p import audit_safetab_p
 from das.synth.phsafe import generate_phsafe
@@ -152,3 +153,14 @@ def test_product_audit_reports_are_json_ready() -> None:
     assert {"family", "claimed", "lower_bound", "rho", "rho_lower_bound"} <= set(payload["rows"][0])
     assert isinstance(pd.DataFrame(payload["rows"]), pd.DataFrame)
     assert np.isfinite(payload["seconds_per_million_trials"])
+
+
+def test_safetab_p_drawing_with_half_the_noise_is_caught() -> None:
+    """The audit sees what the mechanisms draw: the release path with σ/2 beats every claim."""
+    report = audit_safetab_p(
+        DEMO_SAFETAB_P, trials=10_000, rng=seeded_rng(14), draw=lambda m: noise_halved(m.mechanism)
+    )
+    assert not report.ok
+    pass_row = next(row for row in report.rows if row.name == "US pass")
+    assert pass_row.realised == pytest.approx(4 * float(pass_row.claimed))
+    assert pass_row.exceeded and pass_row.rho_lower_bound > float(pass_row.claimed)

@@ -20,7 +20,7 @@ moved cells. Rows: one per table (its queries' claims composed) and one for the 
 from __future__ import annotations
 
 import tempfile
-from collections.abc import Callable, Sequence
+from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -34,7 +34,6 @@ from das.phsafe.measure import exact_counts, measure_query
 from das.phsafe.plan import plan_phsafe
 from das.phsafe.tables import SHELLS
 from das.privacy.accounting import Measurement, compose
-from das.privacy.mechanisms import Mechanism
 from das.privacy_audit.audit import (
     DEFAULT_CONFIDENCE,
     DEFAULT_DELTA,
@@ -63,8 +62,6 @@ SAME_SEX_SPOUSE, SAME_SEX_PARTNER = 23, 24
 RELATIVES = range(25, 34)  # RELSHIP 25–33: children, siblings, parents, in-laws, other
 OWN_CHILDREN = (25, 26, 27)
 MALE, FEMALE = 1, 2
-
-DrawOverride = Callable[[Measurement], Mechanism]
 
 
 @dataclass(frozen=True)
@@ -262,7 +259,7 @@ def worst_case_addition(
 
     def loss(age: int, added: Member) -> float:
         after = _household_counts(config, plan, empty, [*households[age], added], where)
-        return sum(move.realised_loss for move in _moves(plan, before[age], after, None).values())
+        return sum(move.realised_loss for move in _moves(plan, before[age], after).values())
 
     default_age = HOUSEHOLDER_AGES[len(HOUSEHOLDER_AGES) // 2]
     _, label, member = max(
@@ -279,20 +276,15 @@ def worst_case_addition(
 
 
 def _moves(
-    plan: list[Measurement],
-    before: dict[str, np.ndarray],
-    after: dict[str, np.ndarray],
-    draw: DrawOverride | None,
+    plan: list[Measurement], before: dict[str, np.ndarray], after: dict[str, np.ndarray]
 ) -> dict[str, MovedQuery]:
+    """The queries whose answers differ, with their moved cells (D′ − D)."""
     moves = {}
     for measurement in plan:
         change = after[measurement.name] - before[measurement.name]
         if np.any(change):
             moves[measurement.name] = MovedQuery(
-                measurement.name,
-                measurement.mechanism,
-                change[change != 0],
-                None if draw is None else draw(measurement),
+                measurement.name, measurement.mechanism, change[change != 0]
             )
     return moves
 
@@ -307,13 +299,11 @@ def audit_phsafe(
     persons: int = DEFAULT_PERSONS,
     population_seed: int = POPULATION_SEED,
     plan: list[Measurement] | None = None,
-    draw: DrawOverride | None = None,
 ) -> AuditReport:
     """Claimed versus lower bound for every table and the pass of a PHSafe config.
 
-    ``plan`` and ``draw`` exist for the self-test's broken copies (a plan with a wrong
-    sensitivity, a mechanism drawing other noise than it claims); a real audit leaves them
-    None and audits the config's own plan.
+    ``plan`` exists for the self-test's broken copy (a plan with a wrong sensitivity); a real
+    audit leaves it None and audits the config's own plan.
     """
     config_path = Path(config_path)
     config = load_phsafe_config(config_path)
@@ -329,7 +319,7 @@ def audit_phsafe(
     household, label, added = worst_case_addition(config, plan, empty, where)
     before = _answers(config, plan, _with_household(population, household, *where))
     after = _answers(config, plan, _with_household(population, [*household, added], *where))
-    moves = _moves(plan, before, after, draw)
+    moves = _moves(plan, before, after)
 
     families = []
     for table, measurements in queries_by_table(plan).items():
