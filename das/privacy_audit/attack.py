@@ -118,8 +118,12 @@ def threshold_test(
     candidates = _candidates(np.sort(np.concatenate([selection_null, selection_alt])))
     fp, fn = _errors(selection_null, selection_alt, candidates)
     evaluation_size = null.size - half
+    # Candidates are scored at a stricter confidence, as if every one of them had to hold:
+    # the best of many noisy tail scores is otherwise a lucky one (winner's curse) that the
+    # evaluation half then fails to confirm. (The evaluation keeps ``confidence``.)
+    strict = 1.0 - (1.0 - confidence) / candidates.size
     scores = (ranking or objective)(
-        clopper_pearson_upper(fp, half, confidence), clopper_pearson_upper(fn, half, confidence)
+        clopper_pearson_upper(fp, half, strict), clopper_pearson_upper(fn, half, strict)
     )
     threshold = float(candidates[int(np.argmax(scores))])
     eval_fp = int(np.count_nonzero(null[half:] >= threshold))
