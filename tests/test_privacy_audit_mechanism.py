@@ -156,3 +156,18 @@ def test_nothing_outside_the_audit_imports_it() -> None:
         and pattern.search(path.read_text(encoding="utf-8"))
     ]
     assert offenders == []
+
+
+def test_the_das_command_loads_no_broken_copy() -> None:
+    """Building the `das` parser (what `das run` does first) never imports the self-test."""
+    import subprocess
+    import sys
+
+    code = (
+        "import sys, das.cli; das.cli.build_parser(); "
+        "print('das.privacy_audit.broken' in sys.modules)"
+    )
+    out = subprocess.run(
+        [sys.executable, "-c", code], capture_output=True, text=True, check=True, cwd=REPO
+    )
+    assert out.stdout.strip() == "False"
