@@ -20,6 +20,7 @@ COMMAND_MODULES = (
     "swap",
     "demo",
     "explore",
+    "audit_privacy",
 )
 
 
