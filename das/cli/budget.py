@@ -6,9 +6,9 @@ import argparse
 import json
 import math
 import sys
-from pathlib import Path
 from typing import Any
 
+from das.cli.arguments import resolved_path
 from das.privacy import calculators, conversions
 from das.privacy.exact import to_fraction
 from das.privacy.report import budget_report, render_budget_report
@@ -24,10 +24,12 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     report = commands.add_parser(
         "report", help="every query of a SafeTab-P or PHSafe config, with totals"
     )
-    report.add_argument("--config", required=True, type=Path, help="production config.json")
+    report.add_argument(
+        "--config", required=True, type=resolved_path, help="production config.json"
+    )
     report.add_argument(
         "--specs",
-        type=Path,
+        type=resolved_path,
         help="SafeTab-P parameters directory (default: the folder holding the config)",
     )
     report.add_argument("--delta", type=float, default=DEFAULT_DELTA, help="δ for (ε,δ)")
