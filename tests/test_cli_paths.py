@@ -4,6 +4,7 @@ where Great Expectations needs an absolute folder (a Python caller may pass a re
 from __future__ import annotations
 
 import argparse
+import itertools
 from pathlib import Path
 
 import pytest
@@ -49,7 +50,7 @@ def test_every_path_argument_is_absolute(
     assert all(value.is_absolute() for value in paths.values()), paths  # defaults too
     given = {
         flag[2:].replace("-", "_"): value
-        for flag, value in zip(argv, argv[1:], strict=False)
+        for flag, value in itertools.pairwise(argv)
         if flag.startswith("--")
     }
     for name, value in paths.items():
