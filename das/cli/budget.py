@@ -59,7 +59,9 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     suppression = commands.add_parser("suppression", help="zero-suppression threshold T")
     suppression.add_argument("--rho", required=True, help="total ρ of the level")
     suppression.add_argument("--stage1-fraction", required=True)
-    suppression.add_argument("--p", type=float, required=True, help="chance a true 0 is hidden")
+    suppression.add_argument(
+        "--p", type=float, required=True, help="chance a true 0 is hidden (0: no suppression)"
+    )
     suppression.add_argument(
         "--sensitivity", required=True, help="L2 sensitivity (3 for SafeTab-P)"
     )
@@ -143,8 +145,9 @@ def _suppression(args: argparse.Namespace) -> int:
         args.p,
         to_fraction(args.sensitivity),
     )
-    result = {"threshold": int(threshold)}
-    return _emit(args, result, f"suppression threshold T = {threshold}")
+    if threshold is None:  # p = 0: every row is published
+        return _emit(args, {"threshold": None}, "p = 0: no zero suppression (every row kept)")
+    return _emit(args, {"threshold": int(threshold)}, f"suppression threshold T = {threshold}")
 
 
 def _swap_epsilon(args: argparse.Namespace) -> int:
