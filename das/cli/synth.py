@@ -13,13 +13,13 @@ from pathlib import Path
 
 from das.cli.arguments import positive_int, resolved_path, seed_int
 from das.io.tables import InputFormatError
+from das.resources import demo_specs
 from das.specs.config import ConfigError
 from das.specs.race_specs import SpecFileError
 from das.synth import generate_phsafe, generate_safetab_p, random_seed
 
-REPO = Path(__file__).resolve().parents[2]
-DEFAULT_SAFETAB_P_SPECS = REPO / "data_specs" / "safetab_p" / "demo"
-DEFAULT_PHSAFE_CONFIG = REPO / "data_specs" / "phsafe" / "demo" / "config.json"
+DEFAULT_SAFETAB_P_SPECS = demo_specs("safetab_p")
+DEFAULT_PHSAFE_CONFIG = demo_specs("phsafe") / "config.json"
 DEFAULT_PERSONS = 100_000
 
 
