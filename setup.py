@@ -18,7 +18,10 @@ from setuptools import find_namespace_packages, setup
 from setuptools.command.build_py import build_py
 
 ROOT = Path(__file__).resolve().parent
+PACKAGES = ["das", "flows", "tasks", "explorer"]  # top-level import packages of the project
 SHIPPED = {"das.resources.expectations": "expectations", "das.resources.data_specs": "data_specs"}
+# Data files inside the packages themselves (das explore's page, when present).
+PACKAGE_FILES = {"explorer": ["static/*"]}
 # Kinds of data file shipped from those folders (a new kind must be added here; the wheel test
 # checks that every tracked file of the folders is in the wheel).
 DATA_FILES = ["*.json", "*.txt", "*.md", "*.csv", "**/*.json", "**/*.txt", "**/*.md", "**/*.csv"]
@@ -56,10 +59,10 @@ class BuildPyWithCommit(build_py):
 
 setup(
     packages=[
-        *find_namespace_packages(include=["das", "das.*", "flows", "flows.*", "tasks", "tasks.*"]),
+        *find_namespace_packages(include=[p for name in PACKAGES for p in (name, f"{name}.*")]),
         *SHIPPED,
     ],
     package_dir=SHIPPED,
-    package_data={name: DATA_FILES for name in SHIPPED},
+    package_data={**{name: DATA_FILES for name in SHIPPED}, **PACKAGE_FILES},
     cmdclass={"build_py": BuildPyWithCommit},
 )

@@ -20,9 +20,15 @@ from pathlib import Path
 import pytest
 
 REPO = Path(__file__).resolve().parents[1]
+# Where each top-level folder's files sit in the wheel: the data folders inside das.resources,
+# the packages where they are (their non-Python files, e.g. das explore's page, must ship too).
 DATA_FOLDERS = {
     "expectations": "das/resources/expectations",
     "data_specs": "das/resources/data_specs",
+    "das": "das",
+    "flows": "flows",
+    "tasks": "tasks",
+    "explorer": "explorer",
 }
 INSTALL_TIMEOUT = 900
 
@@ -47,8 +53,8 @@ def _run(argv: list[str], cwd: Path, timeout: int = 300) -> subprocess.Completed
 
 
 def _shipped_data_files() -> list[str]:
-    """The data files of the two folders, as the repository tracks them (the file system when
-    the tests run outside a git checkout)."""
+    """The non-Python files of those folders, as the repository tracks them (the file system
+    when the tests run outside a git checkout)."""
     listed = subprocess.run(
         ["git", "ls-files", "--", *DATA_FOLDERS],
         cwd=REPO,
@@ -57,11 +63,12 @@ def _shipped_data_files() -> list[str]:
         check=False,
     )
     if listed.returncode == 0 and listed.stdout.strip():
-        names = listed.stdout.split()
+        names = listed.stdout.splitlines()
     else:
         names = [
             str(path.relative_to(REPO))
             for folder in DATA_FOLDERS
+            if (REPO / folder).is_dir()
             for path in (REPO / folder).rglob("*")
             if path.is_file() and "__pycache__" not in path.parts
         ]
