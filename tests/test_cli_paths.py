@@ -60,6 +60,30 @@ def test_every_path_argument_is_absolute(
         assert args.output == tmp_path / "demo"
 
 
+def _path_arguments(parser: argparse.ArgumentParser, prefix: str = "das") -> dict[str, object]:
+    """Every option of every sub-command whose value is a path: "das synth phsafe --output" →
+    its argparse type."""
+    found: dict[str, object] = {}
+    for action in parser._actions:
+        if isinstance(action, argparse._SubParsersAction):
+            for name, sub in action.choices.items():
+                found |= _path_arguments(sub, f"{prefix} {name}")
+        elif action.type in (Path, resolved_path):
+            found[
+                f"{prefix} {action.option_strings[0] if action.option_strings else action.dest}"
+            ] = action.type
+    return found
+
+
+def test_no_command_takes_a_raw_path() -> None:
+    # A new command (or option) with type=Path would reach the engine relative again.
+    # `das run` resolves its own paths (das/cli/run.py).
+    found = _path_arguments(build_parser())
+    assert any(name.startswith("das validate") for name in found)
+    raw = [name for name, kind in found.items() if kind is Path and not name.startswith("das run ")]
+    assert raw == []
+
+
 def test_synth_and_validate_with_relative_paths(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
 ) -> None:
