@@ -69,9 +69,8 @@ def _path_arguments(parser: argparse.ArgumentParser, prefix: str = "das") -> dic
             for name, sub in action.choices.items():
                 found |= _path_arguments(sub, f"{prefix} {name}")
         elif action.type in (Path, resolved_path):
-            found[
-                f"{prefix} {action.option_strings[0] if action.option_strings else action.dest}"
-            ] = action.type
+            option = action.option_strings[0] if action.option_strings else action.dest
+            found[f"{prefix} {option}"] = action.type
     return found
 
 
