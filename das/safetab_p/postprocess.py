@@ -62,9 +62,10 @@ def tabulate_level(
     sums = np.bincount(level.cell_group, weights=cells, minlength=n_groups).astype(np.int64)
     t1_count = np.where(level.workload >= 1, sums, total)
     keep = np.ones(n_groups, dtype=bool)
-    threshold = level_threshold(level, zero_suppression_chance)
-    if threshold is not None and not level.entities.geography.is_state_or_above:
-        keep = (level.workload != 0) | (t1_count > threshold)
+    if not level.entities.geography.is_state_or_above:
+        threshold = level_threshold(level, zero_suppression_chance)
+        if threshold is not None:
+            keep = (level.workload != 0) | (t1_count > threshold)
     groups = np.flatnonzero(keep)
     t1 = pd.DataFrame(_labels(level, groups))
     t1.insert(1, "REGION_TYPE", region_type)
