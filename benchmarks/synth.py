@@ -24,14 +24,15 @@ REPO = Path(__file__).resolve().parents[1]
 _CHILD = """
 import json, resource, sys, time
 from pathlib import Path
+from das.resources import demo_specs
 from das.synth import generate_phsafe, generate_safetab_p
 product, persons, file_format = sys.argv[1], int(sys.argv[2]), sys.argv[4]
 folder = Path(sys.argv[3])
 started = time.perf_counter()
 if product == "safetab-p":
-    generate_safetab_p(folder, persons, 2026, REPO / "data_specs/safetab_p/demo", file_format)
+    generate_safetab_p(folder, persons, 2026, demo_specs("safetab_p"), file_format)
 else:
-    generate_phsafe(folder, persons, 2026, REPO / "data_specs/phsafe/demo/config.json", file_format)
+    generate_phsafe(folder, persons, 2026, demo_specs("phsafe") / "config.json", file_format)
 seconds = time.perf_counter() - started
 disk = sum(p.stat().st_size for p in folder.iterdir())
 peak = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024

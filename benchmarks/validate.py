@@ -26,11 +26,12 @@ from das.offline import configure_offline  # noqa: E402
 
 configure_offline()
 
+from das.resources import demo_specs  # noqa: E402
 from das.synth import generate_phsafe, generate_safetab_p  # noqa: E402
 from das.validation import validate_phsafe, validate_safetab_p  # noqa: E402
 
-SAFETAB_P_SPECS = REPO / "data_specs" / "safetab_p" / "demo"
-PHSAFE_CONFIG = REPO / "data_specs" / "phsafe" / "demo" / "config.json"
+SAFETAB_P_SPECS = demo_specs("safetab_p")
+PHSAFE_CONFIG = demo_specs("phsafe") / "config.json"
 
 
 def _peak_gib() -> float:

@@ -18,6 +18,7 @@ from typing import Annotated, Any
 from fastapi import Body, FastAPI, Request
 from fastapi.responses import FileResponse, HTMLResponse, JSONResponse, Response
 
+from das.resources import demo_specs
 from das.specs.config import ConfigError
 from das.synth import generate_phsafe, generate_safetab_p
 from explorer import params, phsafe, safetab, simulate
@@ -26,7 +27,7 @@ from explorer.compare import compare
 STATIC = Path(__file__).resolve().parent / "static"
 LOOPBACK_HOSTS = frozenset({"127.0.0.1", "localhost", "testserver"})
 MAX_SYNTH_PERSONS = 5_000_000
-DEFAULT_SPECS = params.REPO / "data_specs" / "safetab_p" / "demo"
+DEFAULT_SPECS = demo_specs("safetab_p")
 JsonBody = Annotated[dict[str, Any], Body()]
 
 

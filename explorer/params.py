@@ -22,6 +22,7 @@ import math
 from pathlib import Path
 from typing import Any
 
+from das.resources import data_specs_dir
 from das.safetab_p.stability import detailed_only_levels, stability
 from das.specs.config import (
     ConfigError,
@@ -32,8 +33,7 @@ from das.specs.config import (
 )
 from das.specs.race_specs import SPEC_FILES, load_race_specs
 
-REPO = Path(__file__).resolve().parents[1]
-PRESETS_DIR = REPO / "data_specs" / "presets"
+PRESETS_DIR = data_specs_dir() / "presets"
 DEFAULT_PRESET = "production_2020"
 PRESET_MANIFEST = "preset.json"
 PHSAFE_PASSES = ("US", "PR")

@@ -1,9 +1,8 @@
 """Paths and names shared by the tests of the demo spec set."""
 
-from pathlib import Path
+from das.resources import demo_specs
 
-REPO = Path(__file__).resolve().parents[1]
-DEMO_SPECS = REPO / "data_specs" / "safetab_p" / "demo"
+DEMO_SPECS = demo_specs("safetab_p")
 # The LEVEL-0 "alone" iterations of the six major race groups, in CENRACE bit order.
 GROUP_NAMES = (
     "White alone",

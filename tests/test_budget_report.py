@@ -136,6 +136,11 @@ def test_suppression_table_6(capsys: pytest.CaptureFixture[str], rho: str, thres
     assert out == {"threshold": threshold}
 
 
+def test_suppression_p_zero_means_no_suppression(capsys: pytest.CaptureFixture[str]) -> None:
+    argv = ["budget", "suppression", "--rho", "0.159", "--stage1-fraction", "0.1", "--p", "0"]
+    assert _json(capsys, [*argv, "--sensitivity", "3", "--json"]) == {"threshold": None}
+
+
 def test_swap_epsilon(capsys: pytest.CaptureFixture[str]) -> None:
     out = _json(capsys, ["budget", "swap-epsilon", "--b", "10", "--rate", "0.5", "--json"])
     assert out["epsilon"] == pytest.approx(2.397895, abs=1e-6)  # ln 11 at o = 1

@@ -105,6 +105,11 @@ def test_suppression_threshold_edge_cases() -> None:
         calc.suppression_threshold(Fraction(1), 1, 0.9999, 3)
     with pytest.raises(ValueError, match="p"):
         calc.suppression_threshold(Fraction(1), Fraction(1, 10), 1.0, 3)
+    with pytest.raises(ValueError, match="p"):
+        calc.suppression_threshold(Fraction(1), Fraction(1, 10), -0.01, 3)
+    # p = 0 is the Census's "no suppression": no threshold at all, whatever the budget.
+    assert calc.suppression_threshold(Fraction(1), Fraction(1, 10), 0.0, 3) is None
+    assert calc.suppression_threshold(math.inf, Fraction(1, 10), 0, 3) is None
 
 
 def test_swap_epsilon_cases() -> None:

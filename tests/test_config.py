@@ -113,6 +113,20 @@ def test_stage_fraction_range(tmp_path: Path, safetab_2020: dict) -> None:
         load_safetab_p_config(_write(tmp_path, safetab_2020))
 
 
+@pytest.mark.parametrize(("chance", "ok"), [(0, True), (0.5, True), (-0.1, False), (1, False)])
+def test_zero_suppression_chance_range(
+    tmp_path: Path, safetab_2020: dict, chance: float, ok: bool
+) -> None:
+    # The Census's range: 0 <= p < 1 (0 = no suppression).
+    safetab_2020["zero_suppression_chance"] = chance
+    if ok:
+        config = load_safetab_p_config(_write(tmp_path, safetab_2020))
+        assert config.zero_suppression_chance == chance
+    else:
+        with pytest.raises(ConfigError, match="zero_suppression_chance"):
+            load_safetab_p_config(_write(tmp_path, safetab_2020))
+
+
 def test_missing_thresholds_for_tabulated_level(tmp_path: Path, safetab_2020: dict) -> None:
     del safetab_2020["thresholds_p"]["(TRACT, 2)"]
     with pytest.raises(ConfigError, match=r"thresholds_p missing .*\(TRACT, 2\)"):

@@ -29,8 +29,9 @@ def _config(budgets: dict, tau: dict, defn: str = "zcdp", states=STATES) -> PHSa
     )
 
 
-def _geo(mafids, state: int = 44) -> pd.DataFrame:
-    return pd.DataFrame({"MAFID": mafids, "TABBLKST": [state] * len(mafids)})
+def _geo(mafids, state: int = 44, rtype: int = 2) -> pd.DataFrame:
+    n = len(mafids)
+    return pd.DataFrame({"RTYPE": [rtype] * n, "MAFID": mafids, "TABBLKST": [state] * n})
 
 
 def _unit(mafid: int, **codes: int) -> dict:
@@ -80,9 +81,11 @@ def _random_inputs(seed: int) -> tuple[pd.DataFrame, pd.DataFrame, pd.DataFrame]
             "CPLT": gen.integers(0, 6, n_units),
         }
     )
-    geo = pd.DataFrame({"MAFID": np.arange(1, n_units + 1),
+    geo = pd.DataFrame({"RTYPE": gen.choice([2, 2, 2, 2, 4, 5], n_units),
+                        "MAFID": np.arange(1, n_units + 1),
                         "TABBLKST": gen.choice([1, 44, 6], n_units)})
-    geo.loc[len(geo)] = [10, 44]  # MAFID 10 located twice: dropped
+    geo.loc[len(geo)] = [2, 10, 44]  # MAFID 10 located twice: dropped
+    geo.loc[len(geo)] = [4, 11, 44]  # a second, GQ-only geography: removed, MAFID 11 kept
     sizes = gen.integers(0, 6, n_units)
     owner = np.repeat(mafid, sizes)
     n = len(owner)
@@ -168,6 +171,7 @@ def _reference_cell(table: str, p: dict | None, u: dict) -> int:
 
 def _reference_counts(table: str, persons, units, geo, states) -> dict[tuple, int]:
     mafid_counts = units["MAFID"].value_counts()
+    geo = geo[[rtype not in (4, 5) for rtype in geo["RTYPE"]]]  # GQ-only geographies
     geo_counts = geo["MAFID"].value_counts()
     state_of = {int(r.MAFID): int(r.TABBLKST) for r in geo.itertuples()}
     good = {}
@@ -322,6 +326,28 @@ def test_toy_exact_counts_follow_census_semantics(toy_inputs) -> None:
     assert ph7.loc[ph7["PH7_DATA_CELL"] == 3, "COUNT"].tolist() == [2, 2]  # τ = 2 of 3
     assert ph7["COUNT"].sum() == 4
     assert release.tables["PH1_denom"]["COUNT"].tolist() == [1, 1]
+
+
+def test_a_housing_unit_on_a_group_quarters_geography_is_not_a_household() -> None:
+    # Without validation, PHSafe follows the Census's geography semantics: geo rows with RTYPE
+    # 4 or 5 are removed before the join, so unit 1 (RTYPE 2 in units.csv, RTYPE 4 in
+    # geo.csv) and its persons are in no table; unit 2 is an ordinary household.
+    persons = pd.DataFrame([_person(m, 40, 20) for m in (1, 2)] + [_person(1, 10, 25)])
+    units = pd.DataFrame([_unit(1, FINAL_POP=2), _unit(2, FINAL_POP=1)])
+    budgets = {"PH1_denom": TOTAL_LEVELS, "PH1_num": TOTAL_LEVELS}
+    config = _config(budgets, {"PH1_num": 10}, states=("44",))
+    for gq_rtype in (4, 5):
+        geo = pd.concat([_geo([1], rtype=gq_rtype), _geo([2])], ignore_index=True)
+        release = run_phsafe(config, persons, units, geo)
+        assert release.tables["PH1_denom"]["COUNT"].tolist() == [1, 1]  # USA, state 44
+        ph1_num = release.tables["PH1_num"].set_index(["REGION_ID", "PH1_NUM_DATA_CELL"])
+        assert ph1_num.loc[("1", 3), "COUNT"] == 1  # adults: unit 2's one, not unit 1's
+        assert ph1_num.loc[("1", 2), "COUNT"] == 0  # the child lives in unit 1
+    # With a housing-unit geography, unit 1 counts.
+    release = run_phsafe(config, persons, units, _geo([1, 2]))
+    assert release.tables["PH1_denom"]["COUNT"].tolist() == [2, 2]
+    ph1_num = release.tables["PH1_num"].set_index(["REGION_ID", "PH1_NUM_DATA_CELL"])
+    assert ph1_num.loc[("1", 3), "COUNT"] == 2 and ph1_num.loc[("1", 2), "COUNT"] == 1
 
 
 def test_write_release_is_atomic_and_refuses_existing(tmp_path: Path) -> None:

@@ -10,6 +10,7 @@ import numpy as np
 import pytest
 
 from das.io import InputFormatError
+from das.resources import demo_specs
 from das.specs.race_specs import (
     CODE_TO_ITERATION_FILE,
     CODES_FILE,
@@ -23,9 +24,8 @@ from das.specs.race_specs import (
     load_race_specs,
 )
 
-REPO = Path(__file__).resolve().parents[1]
-DEMO = REPO / "data_specs" / "safetab_p" / "demo"
-PHSAFE_DEMO_CONFIG = REPO / "data_specs" / "phsafe" / "demo" / "config.json"
+DEMO = demo_specs("safetab_p")
+PHSAFE_DEMO_CONFIG = demo_specs("phsafe") / "config.json"
 
 
 def max_iterations_per_code(specs: RaceEthnicitySpecs, ethnicity: bool) -> int:

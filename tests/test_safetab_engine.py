@@ -3,7 +3,9 @@
 from __future__ import annotations
 
 import csv
+import json
 import math
+import shutil
 from pathlib import Path
 
 import numpy as np
@@ -27,6 +29,12 @@ AGE = {
     3: [5, 10, 15, 18, 20, 21, 22, 25, 30, 35, 40, 45, 50, 55, 60, 62, 65, 67, 70, 75, 80, 85],
 }
 STATE_OR_ABOVE = {"USA", "STATE", "PR-STATE"}
+SPEC_FILES = (
+    "race-and-ethnicity-codes.txt",
+    "race-characteristic-iterations.txt",
+    "ethnicity-characteristic-iterations.txt",
+    "race-and-ethnicity-code-to-iteration.txt",
+)
 
 pytestmark = pytest.mark.skipif(not TOY.is_dir(), reason="/work/shared toy inputs absent")
 
@@ -271,3 +279,36 @@ def test_records_outside_the_grfc_are_dropped_and_empty_input_runs() -> None:
     empty = run_safetab_p(config, specs, persons.iloc[:0], grfc, seeded_rng(4))
     assert len(empty.t1) > 0  # every state-level group is still published (noise only)
     assert empty.accountants["US"].spent == base.accountants["US"].spent
+
+
+def test_zero_suppression_chance_zero_publishes_every_row(tmp_path: Path) -> None:
+    # The Census accepts 0 <= p < 1, and p = 0 means no suppression: a config file with 0
+    # loads, and the release holds every group of the key set, true zeros included.
+    specs_dir = TOY / "input_dir_zcdp"
+    data = json.loads((specs_dir / "config.json").read_text())
+    data["zero_suppression_chance"] = 0
+    for name in SPEC_FILES:
+        shutil.copy(specs_dir / name, tmp_path / name)
+    (tmp_path / "config.json").write_text(json.dumps(data))
+    config = load_safetab_p_config(tmp_path / "config.json")
+    assert config.zero_suppression_chance == 0
+    inputs = _inputs(tmp_path)
+    release = run_safetab_p(config, *inputs, seeded_rng(3))
+    expected = set()
+    for level in config.tabulated_levels():
+        reference = Reference(specs_dir, list(config.state_filter_us))
+        geography = level.geography.value
+        expected |= {(geography, *key) for key in reference.keys(geography, level.iteration_level)}
+    present = set(
+        zip(release.t1.REGION_TYPE, release.t1.REGION_ID, release.t1.ITERATION_CODE, strict=True)
+    )
+    assert present == expected
+    # The same draws with suppression on hide sub-state rows (the toy has many true zeros).
+    suppressed = run_safetab_p(
+        config.model_copy(update={"zero_suppression_chance": 0.9999}), *inputs, seeded_rng(3)
+    )
+    assert len(suppressed.t1) < len(release.t1)
+    # Without the key (as the Census allows) there is no suppression either.
+    del data["zero_suppression_chance"]
+    (tmp_path / "config.json").write_text(json.dumps(data))
+    assert load_safetab_p_config(tmp_path / "config.json").zero_suppression_chance == 0

@@ -308,3 +308,11 @@ def test_measure_level_charges_planned_draws_even_without_groups_and_refuses_gap
             seeded_rng(0),
             PrivacyAccountant("zcdp", RHO),
         )
+
+
+def test_zero_suppression_chance_zero_keeps_every_row() -> None:
+    level = _level(total=(22, -5, 0))
+    assert level_threshold(level, 0.0) is None
+    t1, _ = tabulate_level(level, True, 0.0)
+    assert t1.ITERATION_CODE.tolist() == ["2001", "2002", "3001"]
+    assert suppression_threshold(RHO, F, 0.0, 3) is None

@@ -11,11 +11,12 @@ import pytest
 
 from das.io.phsafe import GEO, UNITS, read_geo, read_persons, read_units
 from das.io.tables import read_raw
+from das.resources import demo_specs
 from das.specs.config import load_phsafe_config
 from das.synth import generate_phsafe
 from das.synth.states import STATES
 
-DEMO_CONFIG = Path(__file__).resolve().parents[1] / "data_specs" / "phsafe" / "demo" / "config.json"
+DEMO_CONFIG = demo_specs("phsafe") / "config.json"
 N = 20_000
 
 

@@ -14,11 +14,11 @@ from pathlib import Path
 import pandas as pd
 import pytest
 
+from das.resources import demo_specs
 from das.synth import generate_phsafe
 from das.validation import validate_phsafe
 
-REPO = Path(__file__).resolve().parents[1]
-DEMO_CONFIG = REPO / "data_specs" / "phsafe" / "demo" / "config.json"
+DEMO_CONFIG = demo_specs("phsafe") / "config.json"
 PERSONS = 2_000
 REGEX = "expect_column_values_to_match_regex"
 IN_SET = "expect_column_values_to_be_in_set"

@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import argparse
+import os
+from pathlib import Path
 
 
 def _whole_number(text: str, minimum: int) -> int:
@@ -24,3 +26,13 @@ def positive_int(text: str) -> int:
 def seed_int(text: str) -> int:
     """Seeds: at least 0."""
     return _whole_number(text, 0)
+
+
+def resolved_path(text: str) -> Path:
+    """A path argument made absolute (``~`` expanded, ``..`` folded) against the working
+    directory the command was started in: what runs later — Great Expectations' Data Docs,
+    Prefect tasks and Dask workers in other processes, the audit record — never depends on a
+    working directory of its own."""
+    if not text:
+        raise argparse.ArgumentTypeError("empty path")
+    return Path(os.path.abspath(os.path.expanduser(text)))

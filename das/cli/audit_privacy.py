@@ -18,10 +18,9 @@ import argparse
 import json
 import math
 import sys
-from pathlib import Path
 from typing import Any
 
-from das.cli.arguments import positive_int, seed_int
+from das.cli.arguments import positive_int, resolved_path, seed_int
 from das.privacy.exact import to_fraction
 from das.privacy_audit.audit import DEFAULT_CONFIDENCE, DEFAULT_DELTA, DEFAULT_PRODUCT_TRIALS
 from das.specs.config import ConfigError
@@ -68,7 +67,7 @@ def _common(parser: argparse.ArgumentParser, trials_default: int | None) -> None
     parser.add_argument(
         "--seed", type=seed_int, help="reproducible trials (tests/demos; default: secure source)"
     )
-    parser.add_argument("--report", type=Path, help="also write the Markdown report here")
+    parser.add_argument("--report", type=resolved_path, help="also write the Markdown report here")
     parser.add_argument("--json", action="store_true", help="one JSON object on stdout")
 
 
@@ -99,7 +98,7 @@ def register(subparsers: argparse._SubParsersAction) -> None:
         ("phsafe", "PHSafe config (one pass)"),
     ):
         product = targets.add_parser(name, help=f"every query family of a {name} config")
-        product.add_argument("--config", required=True, type=Path, help=what)
+        product.add_argument("--config", required=True, type=resolved_path, help=what)
         _common(product, DEFAULT_PRODUCT_TRIALS)
         product.set_defaults(handler=_product, product=name)
 

@@ -6,10 +6,10 @@ import argparse
 import json
 import math
 import sys
-from pathlib import Path
 from typing import Any
 
 from das.budget.report import budget_report, render_budget_report
+from das.cli.arguments import resolved_path
 from das.privacy import calculators, conversions
 from das.privacy.exact import to_fraction
 from das.specs.config import ConfigError
@@ -24,10 +24,12 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     report = commands.add_parser(
         "report", help="every query of a SafeTab-P or PHSafe config, with totals"
     )
-    report.add_argument("--config", required=True, type=Path, help="production config.json")
+    report.add_argument(
+        "--config", required=True, type=resolved_path, help="production config.json"
+    )
     report.add_argument(
         "--specs",
-        type=Path,
+        type=resolved_path,
         help="SafeTab-P parameters directory (default: the folder holding the config)",
     )
     report.add_argument("--delta", type=float, default=DEFAULT_DELTA, help="δ for (ε,δ)")
@@ -57,7 +59,9 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     suppression = commands.add_parser("suppression", help="zero-suppression threshold T")
     suppression.add_argument("--rho", required=True, help="total ρ of the level")
     suppression.add_argument("--stage1-fraction", required=True)
-    suppression.add_argument("--p", type=float, required=True, help="chance a true 0 is hidden")
+    suppression.add_argument(
+        "--p", type=float, required=True, help="chance a true 0 is hidden (0: no suppression)"
+    )
     suppression.add_argument(
         "--sensitivity", required=True, help="L2 sensitivity (3 for SafeTab-P)"
     )
@@ -141,8 +145,9 @@ def _suppression(args: argparse.Namespace) -> int:
         args.p,
         to_fraction(args.sensitivity),
     )
-    result = {"threshold": int(threshold)}
-    return _emit(args, result, f"suppression threshold T = {threshold}")
+    if threshold is None:  # p = 0: every row is published
+        return _emit(args, {"threshold": None}, "p = 0: no zero suppression (every row kept)")
+    return _emit(args, {"threshold": int(threshold)}, f"suppression threshold T = {threshold}")
 
 
 def _swap_epsilon(args: argparse.Namespace) -> int:

@@ -15,7 +15,8 @@ from __future__ import annotations
 
 import argparse
 import sys
-from pathlib import Path
+
+from das.cli.arguments import resolved_path
 
 # das.safetab_p.coterminous.COTERMINOUS_FILE_NAME, kept literal so building the parser stays light.
 COTERMINOUS_FILE_NAME = "coterminous-geographies.txt"
@@ -36,12 +37,20 @@ def register(subparsers: argparse._SubParsersAction) -> None:
         description=__doc__,
         formatter_class=argparse.RawDescriptionHelpFormatter,
     )
-    derive.add_argument("--data", required=True, type=Path, help="folder holding the GRF-C")
     derive.add_argument(
-        "--config", type=Path, default=None, help="SafeTab-P config.json (state filter, passes)"
+        "--data", required=True, type=resolved_path, help="folder holding the GRF-C"
     )
     derive.add_argument(
-        "--output", required=True, type=Path, help=f"file to write (e.g. {COTERMINOUS_FILE_NAME})"
+        "--config",
+        type=resolved_path,
+        default=None,
+        help="SafeTab-P config.json (state filter, passes)",
+    )
+    derive.add_argument(
+        "--output",
+        required=True,
+        type=resolved_path,
+        help=f"file to write (e.g. {COTERMINOUS_FILE_NAME})",
     )
     derive.set_defaults(handler=_derive)
 

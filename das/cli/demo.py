@@ -11,13 +11,15 @@ import argparse
 import shutil
 from pathlib import Path
 
+from das.cli.arguments import resolved_path
+
 DEMO_PERSONS = 20_000
 DEMO_SEED = 2020
 
 
 def register(subparsers: argparse._SubParsersAction) -> None:
     demo = subparsers.add_parser("demo", help="run the demo job on synthetic data")
-    demo.add_argument("--output", type=Path, default=Path("demo"), help="demo folder")
+    demo.add_argument("--output", type=resolved_path, default="demo", help="demo folder")
     demo.add_argument("--persons", type=int, default=DEMO_PERSONS)
     demo.add_argument("--seed", type=int, default=DEMO_SEED)
     demo.set_defaults(handler=_demo)

@@ -15,7 +15,7 @@ import threading
 import webbrowser
 from pathlib import Path
 
-from das.cli.arguments import positive_int
+from das.cli.arguments import positive_int, resolved_path
 
 HOST = "127.0.0.1"  # never another interface: the page reads and writes files on this machine
 DEFAULT_PORT = 8765
@@ -31,7 +31,7 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     )
     explore.add_argument(
         "--workspace",
-        type=Path,
+        type=resolved_path,
         help="where synthetic populations are written (default: a folder in the temp dir)",
     )
     explore.set_defaults(handler=_explore)

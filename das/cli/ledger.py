@@ -13,6 +13,8 @@ import sys
 from pathlib import Path
 from typing import Any
 
+from das.cli.arguments import resolved_path
+
 UNITS = {"zcdp": "rho (zCDP)", "puredp": "epsilon (pure DP)"}
 
 
@@ -24,10 +26,12 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     show = commands.add_parser("show", help="print the spend history and cumulative totals")
     where = show.add_mutually_exclusive_group()
     where.add_argument(
-        "--ledger-dir", type=Path, help="the ledger folder (default: DAS_LEDGER_DIR)"
+        "--ledger-dir", type=resolved_path, help="the ledger folder (default: DAS_LEDGER_DIR)"
     )
     where.add_argument(
-        "--output", type=Path, help="a release folder: use the ledger its run used by default"
+        "--output",
+        type=resolved_path,
+        help="a release folder: use the ledger its run used by default",
     )
     show.add_argument("--dataset", help="only this dataset (its key, or a prefix of it)")
     show.add_argument("--json", action="store_true", help="one JSON object on stdout")
@@ -38,9 +42,9 @@ def _directory(args: argparse.Namespace) -> Path:
     from das.runs.policy import LEDGER_ENV, ledger_directory
 
     if args.ledger_dir is not None:
-        return args.ledger_dir.expanduser().resolve()
+        return args.ledger_dir
     if args.output is not None:
-        return ledger_directory(args.output.expanduser().resolve())
+        return ledger_directory(args.output)
     import os
 
     configured = os.environ.get(LEDGER_ENV)

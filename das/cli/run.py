@@ -22,9 +22,9 @@ import contextlib
 import logging
 import sys
 from collections.abc import Iterator, Sequence
-from pathlib import Path
 from typing import Any
 
+from das.cli.arguments import resolved_path
 from das.postprocess.counts import INTERVALS
 
 EXIT_OK, EXIT_FAILED, EXIT_USAGE = 0, 1, 2
@@ -45,7 +45,7 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     safetab = _product_parser(products, "safetab-p", text)
     safetab.add_argument(
         "--coterminous",
-        type=Path,
+        type=resolved_path,
         default=None,
         help="reviewed coterminous-geographies.txt (default: derived from the GRF-C)",
     )
@@ -67,9 +67,9 @@ def _product_parser(
     products: argparse._SubParsersAction, product: str, text: str
 ) -> argparse.ArgumentParser:
     parser = products.add_parser(product, help=text, description=text)
-    parser.add_argument("--config", required=True, type=Path, help="the run's config.json")
-    parser.add_argument("--data", required=True, type=Path, help="folder of input files")
-    parser.add_argument("--output", required=True, type=Path, help="output folder")
+    parser.add_argument("--config", required=True, type=resolved_path, help="the run's config.json")
+    parser.add_argument("--data", required=True, type=resolved_path, help="folder of input files")
+    parser.add_argument("--output", required=True, type=resolved_path, help="output folder")
     parser.add_argument(
         "--seed", type=int, default=None, help="reproducible noise: tests and demos only"
     )
@@ -143,8 +143,7 @@ def run_command(args: argparse.Namespace) -> int:
     from das.runs.folder import RunFolder, check_run_id
     from das.runs.policy import RunRefused, check_release_policy, ledger_directory
 
-    config, data, output = (p.expanduser().resolve() for p in (args.config, args.data,
-                                                                args.output))  # fmt: skip
+    config, data, output = args.config, args.data, args.output  # absolute (resolved_path)
     if not config.is_file():
         return _usage_error(f"--config {args.config}: no such file")
     if not data.is_dir():
@@ -185,9 +184,7 @@ def run_command(args: argparse.Namespace) -> int:
         from flows.safetab_p import safetab_p_flow as product_flow
 
         coterminous = args.coterminous
-        parameters["coterminous"] = (
-            None if coterminous is None else str(coterminous.expanduser().resolve())
-        )
+        parameters["coterminous"] = None if coterminous is None else str(coterminous)
     else:
         from flows.phsafe import phsafe_flow as product_flow
 

@@ -11,9 +11,8 @@ from __future__ import annotations
 import argparse
 import json
 import sys
-from pathlib import Path
 
-from das.cli.arguments import seed_int
+from das.cli.arguments import resolved_path, seed_int
 from das.io.tables import InputFormatError
 from das.swapping.report import summary
 from das.swapping.run import (
@@ -34,7 +33,7 @@ def register(subparsers: argparse._SubParsersAction) -> None:
             "of the --match variables (Algorithm 5.1), and report the epsilon of Theorem 5.6."
         ),
     )
-    parser.add_argument("--data", required=True, type=Path, help="folder with units + geo")
+    parser.add_argument("--data", required=True, type=resolved_path, help="folder with units + geo")
     parser.add_argument(
         "--match", required=True, help="matching variables (swap key), comma-separated; may be ''"
     )
@@ -45,7 +44,7 @@ def register(subparsers: argparse._SubParsersAction) -> None:
         "except MAFID)",
     )
     parser.add_argument("--rate", required=True, help="swap rate p in [0, 1], e.g. 0.05")
-    parser.add_argument("--output", required=True, type=Path, help="folder to create")
+    parser.add_argument("--output", required=True, type=resolved_path, help="folder to create")
     parser.add_argument(
         "--seed", type=seed_int, help="reproducible randomness: tests and demos only (recorded)"
     )

@@ -11,20 +11,20 @@ import argparse
 import sys
 from pathlib import Path
 
-from das.cli.arguments import positive_int, seed_int
+from das.cli.arguments import positive_int, resolved_path, seed_int
 from das.io.tables import InputFormatError
+from das.resources import demo_specs
 from das.specs.config import ConfigError
 from das.specs.race_specs import SpecFileError
 from das.synth import generate_phsafe, generate_safetab_p, random_seed
 
-REPO = Path(__file__).resolve().parents[2]
-DEFAULT_SAFETAB_P_SPECS = REPO / "data_specs" / "safetab_p" / "demo"
-DEFAULT_PHSAFE_CONFIG = REPO / "data_specs" / "phsafe" / "demo" / "config.json"
+DEFAULT_SAFETAB_P_SPECS = demo_specs("safetab_p")
+DEFAULT_PHSAFE_CONFIG = demo_specs("phsafe") / "config.json"
 DEFAULT_PERSONS = 100_000
 
 
 def _common(parser: argparse.ArgumentParser) -> None:
-    parser.add_argument("--output", required=True, type=Path, help="folder to create")
+    parser.add_argument("--output", required=True, type=resolved_path, help="folder to create")
     parser.add_argument(
         "--persons", type=positive_int, default=DEFAULT_PERSONS, help="number of person records"
     )
@@ -51,7 +51,7 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     _common(safetab_p)
     safetab_p.add_argument(
         "--specs",
-        type=Path,
+        type=resolved_path,
         default=DEFAULT_SAFETAB_P_SPECS,
         help="parameters directory to draw codes from and copy (default: the demo specs)",
     )
@@ -61,7 +61,7 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     _common(phsafe)
     phsafe.add_argument(
         "--config",
-        type=Path,
+        type=resolved_path,
         default=DEFAULT_PHSAFE_CONFIG,
         help="PHSafe config to copy; its state_filter picks the states (default: demo)",
     )

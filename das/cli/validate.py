@@ -14,9 +14,8 @@ from __future__ import annotations
 
 import argparse
 import sys
-from pathlib import Path
 
-from das.cli.arguments import positive_int
+from das.cli.arguments import positive_int, resolved_path
 from das.validation.runner import DEFAULT_SAMPLE_ROWS, REPORT_SUBDIR
 
 EXIT_VALID, EXIT_INVALID, EXIT_USAGE = 0, 1, 2
@@ -37,11 +36,15 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     }
     for product, text in helps.items():
         parser = products.add_parser(product, help=text, description=text)
-        parser.add_argument("--config", required=True, type=Path, help="the run's config.json")
-        parser.add_argument("--data", required=True, type=Path, help="folder of input files")
+        parser.add_argument(
+            "--config", required=True, type=resolved_path, help="the run's config.json"
+        )
+        parser.add_argument(
+            "--data", required=True, type=resolved_path, help="folder of input files"
+        )
         parser.add_argument(
             "--report",
-            type=Path,
+            type=resolved_path,
             default=None,
             help=f"report folder (default: <data>/{REPORT_SUBDIR}/)",
         )

@@ -4,9 +4,10 @@
 → map each record to its geography entity, iteration and basis cell → one noisy measurement
 per plan query. Records inconsistent with the Census semantics are not errors here (the
 Census's own toy inputs have some): persons outside a housing unit, units that are not
-occupied, MAFIDs repeated in ``units`` or ``geo`` (all rows of such a MAFID dropped), units
-without a geography or outside the pass's states, and codes outside a table's cells are all
-simply out of universe. No private value is ever logged or put into an exception.
+occupied, geo rows of group-quarters-only geographies (RTYPE 4 or 5: removed before the join),
+MAFIDs repeated in ``units`` or ``geo`` (all rows of such a MAFID dropped), units without a
+geography or outside the pass's states, and codes outside a table's cells are all simply out
+of universe. No private value is ever logged or put into an exception.
 """
 
 from __future__ import annotations
@@ -30,7 +31,11 @@ from das.phsafe.measure import (
 from das.phsafe.plan import plan_phsafe
 from das.phsafe.tables import SHELLS, cell_codes, person_filter, unit_filter
 from das.phsafe.truncate import drop_non_unique, truncate_and_join
-from das.phsafe.universes import occupied_units, persons_in_housing_units
+from das.phsafe.universes import (
+    housing_unit_geography,
+    occupied_units,
+    persons_in_housing_units,
+)
 from das.privacy.accounting import Measurement, PrivacyAccountant
 from das.privacy.rng import RandomSource
 from das.specs.config import PHSafeConfig
@@ -52,9 +57,10 @@ class PHSafeRelease:
 def prepare_units(
     units: pd.DataFrame, geo: pd.DataFrame, state_filter: tuple[str, ...]
 ) -> pd.DataFrame:
-    """Occupied housing units with a unique MAFID and a unique geography in the pass's states."""
+    """Occupied housing units with a unique MAFID and a unique housing-unit geography (GQ-only
+    geo rows removed first) in the pass's states."""
     occupied = drop_non_unique(occupied_units(units)[UNIT_COLUMNS])
-    located = drop_non_unique(geo[["MAFID", STATE]])
+    located = drop_non_unique(housing_unit_geography(geo)[["MAFID", STATE]])
     joined = occupied.merge(located, on="MAFID", how="inner")
     states = np.array([int(code) for code in state_filter], dtype=np.int64)
     return joined.loc[np.isin(joined[STATE].to_numpy().astype(np.int64), states)]

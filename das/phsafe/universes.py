@@ -5,6 +5,9 @@ arrive as integers):
 
 - persons ``RTYPE`` 3 = in a housing unit (5 = group quarters, out of every universe);
 - units ``RTYPE`` 2 = housing unit, occupied when ``HHT`` is 1–7 (0 = vacant / NIU);
+- geo ``RTYPE`` 4 or 5 = a group-quarters-only geography: the row is removed before units and
+  persons are joined to their geography, whatever the units file says (the Census's runner
+  does the same), so such a MAFID has no geography and is in no table;
 - ``CENRACE``/``HHRACE`` 1–6 single major race, 7–63 two or more races;
 - ``CENHISP``/``HHSPAN`` 1 not Hispanic or Latino, 2 Hispanic or Latino.
 
@@ -22,6 +25,7 @@ from das.specs.config import PHSafeIterationLevel
 
 PERSON_IN_HOUSING_UNIT = 3
 UNIT_HOUSING = 2
+GROUP_QUARTERS_GEOGRAPHY = (4, 5)
 NOT_HISPANIC = 1
 HISPANIC = 2
 WHITE_ALONE = 1
@@ -69,3 +73,9 @@ def occupied_units(units: pd.DataFrame) -> pd.DataFrame:
     hht = units["HHT"].to_numpy()
     keep = (units["RTYPE"].to_numpy() == UNIT_HOUSING) & (hht >= 1) & (hht <= 7)
     return units.loc[keep]
+
+
+def housing_unit_geography(geo: pd.DataFrame) -> pd.DataFrame:
+    """Geo rows the join may use: group-quarters-only geographies (RTYPE 4, 5) removed first,
+    so a unit the units file calls a housing unit is not tabulated on a GQ geography."""
+    return geo.loc[~np.isin(geo["RTYPE"].to_numpy(), GROUP_QUARTERS_GEOGRAPHY)]

@@ -162,26 +162,29 @@ def moe_for_epsilon(
     return distributions.margin_of_error(noise, level)
 
 
-def suppression_threshold(rho: Any, stage1_fraction: Any, p: float, sensitivity: Any) -> int:
+def suppression_threshold(rho: Any, stage1_fraction: Any, p: float, sensitivity: Any) -> int | None:
     """SafeTab-P eq. 12: T = invcdf(N_ℤ(Δ²/(2(1−γ)ρ)), p), the smallest k with CDF(k) ≥ p.
 
     A total-only sub-state row is published when COUNT > T, so a true zero is suppressed with
     probability ≥ p. Δ is the L2 sensitivity (3 for SafeTab-P: the paper's "9" is Δ²).
     Paper Table 6 (γ = 0.1, p = 0.9999): ρ 0.008 → 93, 0.159 → 21, 0.543 → 11.
-    An infinite budget adds no noise, so the threshold is 0.
+    An infinite budget adds no noise, so the threshold is 0; p = 0 (the Census's "no
+    suppression") gives None: every row is published.
     """
     budget = to_fraction(rho, name="rho", positive=True, allow_infinite=True)
     gamma = to_fraction(stage1_fraction, name="stage1_fraction", nonnegative=True)
     delta = to_fraction(sensitivity, name="sensitivity", positive=True)
     if gamma >= 1:
         raise ValueError(f"Invalid stage1_fraction: {stage1_fraction} (need 0 <= f < 1)")
-    if not 0.0 < float(p) < 1.0:
-        raise ValueError(f"Invalid p: {p} (need 0 < p < 1)")
+    if not 0.0 <= float(p) < 1.0:
+        raise ValueError(f"Invalid p: {p} (need 0 <= p < 1)")
+    if float(p) == 0.0:
+        return None
     if isinstance(budget, float):
         return 0
     sigma_squared = delta * delta / (2 * (1 - gamma) * budget)
     noise = distributions.DiscreteGaussian(sigma_squared)
-    return int(distributions.suppression_threshold(noise, p))
+    return distributions.suppression_threshold(noise, p)
 
 
 def sum_moe(variance: float, cells: ArrayLike, confidence: float) -> NDArray[np.float64]:

@@ -335,9 +335,14 @@ class TwoSidedGeometric(NoiseDistribution):
         return 2.0 * self._a / math.expm1(-1.0 / self._b) ** 2
 
 
-def suppression_threshold(distribution: NoiseDistribution, p: float) -> int:
+def suppression_threshold(distribution: NoiseDistribution, p: float) -> int | None:
     """Smallest integer T with CDF(T) >= p: a true zero is released (noisy count > T) with
-    probability <= 1 - p. SafeTab-P eq. (12): T = invcdf(σ, p), σ² = 9/(2(1-γ)ρ)."""
+    probability <= 1 - p. SafeTab-P eq. (12): T = invcdf(σ, p), σ² = 9/(2(1-γ)ρ).
+
+    ``p`` lies in [0, 1) as in the Census's configs; p = 0 means no suppression at all (every
+    row is released), and gives None: there is no threshold, not even -∞ in the integers."""
+    if p == 0:
+        return None
     return int(distribution.icdf(p))
 
 

@@ -22,6 +22,7 @@ from typing import Any
 
 from das.io.atomic import atomic_write_text
 from das.io.writers import file_sha256
+from das.resources import build_info
 
 AUDIT_FORMAT = "das-audit/1"
 PACKAGES = (
@@ -78,22 +79,36 @@ def package_versions(names: tuple[str, ...] = PACKAGES) -> dict[str, str | None]
 
 
 def code_version() -> str:
-    """``git describe --always --dirty`` of the source tree, else the package version."""
-    root = Path(__file__).resolve().parents[2]
+    """Which code ran: ``git <describe>`` when the package runs from its own git checkout
+    (an editable install), else ``das-pipeline <version>`` plus the commit the wheel recorded
+    when it was built (``(git <describe>)``; absent when it was built without git)."""
+    source = Path(__file__).resolve().parents[2]
+    # Only this project's checkout: a wheel under site-packages inside some other repository
+    # must not report that repository's commit.
+    if (source / "pyproject.toml").is_file() and (source / ".git").exists():
+        describe = _git_describe(source)
+        if describe is not None:
+            return f"git {describe}"
+    version = package_versions(("das-pipeline",))["das-pipeline"] or "unknown"
+    built = build_info().get("git")
+    return f"das-pipeline {version}" + (f" (git {built})" if built else "")
+
+
+def _git_describe(directory: Path) -> str | None:
     try:
         done = subprocess.run(
             ["git", "describe", "--always", "--dirty", "--tags"],
-            cwd=root,
+            cwd=directory,
             capture_output=True,
             text=True,
             timeout=10,
             check=False,
         )
-        if done.returncode == 0 and done.stdout.strip():
-            return f"git {done.stdout.strip()}"
     except (OSError, subprocess.SubprocessError):
-        pass
-    return f"das-pipeline {package_versions(('das-pipeline',))['das-pipeline'] or 'unknown'}"
+        return None
+    if done.returncode != 0:
+        return None
+    return done.stdout.strip() or None
 
 
 def file_hashes(

@@ -9,7 +9,8 @@
   the sums (so sums stay consistent).
 * Zero suppression (paper §5.2, eq. 12): sub-state groups measured by a total only (workload
   0) publish their T1 row only when COUNT > T, T = smallest k with CDF(k) ≥ p of that row's
-  stage-2 noise, p = ``zero_suppression_chance``.
+  stage-2 noise, p = ``zero_suppression_chance``; p = 0 (the Census's "no suppression")
+  publishes every row.
 """
 
 from __future__ import annotations
@@ -27,8 +28,11 @@ _STARTS = {w: age_bins(w)[0] for w in (1, 2, 3)}
 _ENDS = {w: age_bins(w)[1] for w in (1, 2, 3)}
 
 
-def level_threshold(level: LevelMeasurement, p: float) -> int:
-    """T for this level's workload-0 rows: the (1−p)-tail bound of its stage-2 noise."""
+def level_threshold(level: LevelMeasurement, p: float) -> int | None:
+    """T for this level's workload-0 rows: the (1−p)-tail bound of its stage-2 noise; None
+    when p = 0 (nothing is suppressed)."""
+    if p == 0:
+        return None
     if level.stage_2 is None:
         return 0
     return suppression_threshold(level.stage_2.mechanism.distribution, p)
@@ -60,7 +64,8 @@ def tabulate_level(
     keep = np.ones(n_groups, dtype=bool)
     if not level.entities.geography.is_state_or_above:
         threshold = level_threshold(level, zero_suppression_chance)
-        keep = (level.workload != 0) | (t1_count > threshold)
+        if threshold is not None:
+            keep = (level.workload != 0) | (t1_count > threshold)
     groups = np.flatnonzero(keep)
     t1 = pd.DataFrame(_labels(level, groups))
     t1.insert(1, "REGION_TYPE", region_type)

@@ -147,7 +147,9 @@ class SafeTabPConfig(BaseModel):
     budgets: dict[PopulationGroupLevel, Budget]
     stage_1_fraction: Fraction
     thresholds: dict[PopulationGroupLevel, tuple[int, int, int]]
-    zero_suppression_chance: float = Field(gt=0, lt=1)
+    # 0 ≤ p < 1 as the Census's SafeTab-P accepts it; 0 (or the key left out, as there) means
+    # no zero suppression.
+    zero_suppression_chance: float = Field(default=0.0, ge=0, lt=1)
     allow_negative_counts: bool
     run_us: bool
     run_pr: bool

@@ -102,7 +102,9 @@ def _cut_long_values(frame: pd.DataFrame) -> pd.DataFrame:
 def run_suites(batches: list[tuple[Suite, pd.DataFrame]], docs_dir: Path | None) -> list[GxOutcome]:
     """Validate each (suite, sample frame) with GX; render Data Docs into ``docs_dir``.
 
-    ``docs_dir`` is emptied first (it belongs to the report); None skips the Data Docs.
+    ``docs_dir`` is emptied first (it belongs to the report); None skips the Data Docs. A
+    relative ``docs_dir`` is taken against the working directory: GX's ephemeral context has
+    no root folder, so its Data Docs store refuses a relative base directory.
     """
     configure_offline()
     import great_expectations as gx
@@ -115,6 +117,7 @@ def run_suites(batches: list[tuple[Suite, pd.DataFrame]], docs_dir: Path | None)
         context.delete_data_docs_site(site)
     actions = []
     if docs_dir is not None:
+        docs_dir = Path(docs_dir).absolute()
         if docs_dir.exists():
             shutil.rmtree(docs_dir)
         docs_dir.mkdir(parents=True)

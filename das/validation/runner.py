@@ -131,7 +131,8 @@ def run_validation(
 ) -> ValidationReport:
     """Run ``checks`` and GX, and always leave report.json, report.html, Data Docs and a log."""
     started = time.perf_counter()
-    out = Path(report_dir) if report_dir is not None else default_report_dir(data_dir)
+    # Absolute, so the report and the Data Docs name the same folder from any working directory.
+    out = (Path(report_dir) if report_dir is not None else default_report_dir(data_dir)).absolute()
     out.mkdir(parents=True, exist_ok=True)
     report = ValidationReport(
         product=product,

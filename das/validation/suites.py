@@ -40,7 +40,10 @@ import pandas as pd
 import pyarrow as pa
 import pyarrow.compute as pc
 
-EXPECTATIONS_DIR = Path(__file__).resolve().parents[2] / "expectations"
+from das.resources import expectations_dir
+
+# The shipped suites (package data: a checkout's expectations/ folder, or the installed copy).
+EXPECTATIONS_DIR = expectations_dir()
 
 TABLE_TYPES = (
     "expect_table_columns_to_match_ordered_list",

@@ -1,0 +1,82 @@
+"""The README's first command, verbatim, in a fresh clone: a new user's first five minutes.
+
+Slow (several minutes, so run by ``.ci/e2e-wheel`` with ``DAS_E2E=1``, not by the plain test
+command): clones this repository's committed HEAD into a temporary folder, reads the first
+command of the README's first ``bash`` block from the clone, and runs it there with bash, as a
+user would paste it (a new virtualenv, an editable install, then ``das demo --output demo``, a
+relative output folder). The demo must complete: inputs, validation reports with Data Docs,
+budget reports, and both releases with their audits.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import subprocess
+from pathlib import Path
+
+import pytest
+
+REPO = Path(__file__).resolve().parents[1]
+TIMEOUT = 1800
+
+
+def readme_first_command(readme: Path) -> str:
+    """The first line of the first fenced ``bash`` block."""
+    match = re.search(r"^```bash\n(.+?)\n", readme.read_text(encoding="utf-8"), re.MULTILINE)
+    assert match, "the README has no bash block"
+    return match.group(1)
+
+
+def test_readme_first_command_is_the_demo() -> None:
+    command = readme_first_command(REPO / "README.md")
+    assert "das demo --output demo" in command
+    assert command.startswith("python3 -m venv .venv")
+
+
+@pytest.mark.slow
+@pytest.mark.skipif(
+    os.environ.get("DAS_E2E") != "1", reason="install end-to-end: .ci/e2e-wheel runs it"
+)
+def test_readme_first_command_from_a_fresh_clone(tmp_path: Path) -> None:
+    if not (REPO / ".git").exists():
+        pytest.skip("not a git checkout: nothing to clone")
+    clone = tmp_path / "das-pipeline"
+    subprocess.run(
+        ["git", "clone", "--quiet", "--no-hardlinks", str(REPO), str(clone)],
+        check=True,
+        capture_output=True,
+        timeout=300,
+    )
+    command = readme_first_command(clone / "README.md")
+    # A new user's shell: no project variables, no Prefect server of ours, Prefect's home in
+    # the temporary folder (not the user's).
+    env = {
+        key: value
+        for key, value in os.environ.items()
+        if key not in ("PYTHONPATH", "VIRTUAL_ENV", "PREFECT_API_URL")
+        and not key.startswith("DAS_")
+    }
+    env["PREFECT_HOME"] = str(tmp_path / "prefect-home")
+    done = subprocess.run(
+        ["bash", "-c", command],
+        cwd=clone,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=TIMEOUT,
+        check=False,
+    )
+    log = tmp_path / "readme-command.log"
+    log.write_text(done.stdout + "\n--- stderr ---\n" + done.stderr)
+    tail = "\n".join((done.stdout + done.stderr).splitlines()[-40:])
+    assert done.returncode == 0, f"`{command}` exited {done.returncode} (log: {log}):\n{tail}"
+    demo = clone / "demo"
+    for product in ("safetab-p", "phsafe"):
+        assert (demo / "validation" / product / "data_docs" / "index.html").is_file(), product
+        audit = json.loads((demo / "release" / product / "audit.json").read_text())
+        assert audit["status"] == "succeeded", product
+    assert (demo / "release" / "safetab-p" / "t1" / "t1.txt").is_file()
+    assert (demo / "release" / "phsafe" / "PH1_num" / "PH1_num.txt").is_file()
+    assert "demo complete" in done.stdout
