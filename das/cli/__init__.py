@@ -11,6 +11,7 @@ from das.offline import configure_offline
 
 # Each module registers its sub-commands; a module is imported only to build the parser.
 COMMAND_MODULES = ("budget", "synth", "validate", "run", "coterminous", "swap", "demo")
+COMMAND_MODULES += ("deploy",)  # issue 11: `das deploy` (work pool + every Prefect deployment)
 
 
 def build_parser() -> argparse.ArgumentParser:
