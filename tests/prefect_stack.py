@@ -1,0 +1,277 @@
+"""A real local Prefect stack from this checkout, as an operator runs it (README "Run it in
+production"): ``prefect server start`` on a free port, ``das deploy --local`` (work pool and
+every deployment, small synthetic inputs), and a process worker started from the project's
+virtualenv. Used by the end-to-end and browser tests (``-m e2e``) and by
+``benchmarks/deployment.py``.
+
+The test process talks to the server over its REST API with plain HTTP, the way the UI does,
+so what a test does is what an operator's clicks do.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import signal
+import socket
+import subprocess
+import sys
+import tempfile
+import time
+from collections.abc import Iterator
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import httpx
+
+REPO = Path(__file__).resolve().parents[1]
+VENV_BIN = Path(sys.executable).parent
+TERMINAL = {"COMPLETED", "FAILED", "CRASHED", "CANCELLED"}
+
+
+def run_folders(output: Path) -> list[Path]:
+    """The run folders (noise, ledger, validation, run.log) of the runs released into
+    ``output``: the one place that knows the layout (``OUT/.run/<run-id>/`` today;
+    ``OUT.das/runs/<run-id>/`` once run state moves beside the release)."""
+    return sorted(path for path in (output / ".run").glob("*") if path.is_dir())
+
+
+def free_port() -> int:
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return sock.getsockname()[1]
+
+
+def stack_environment(home: Path, port: int) -> dict[str, str]:
+    """Offline, isolated Prefect settings for the server, the worker and ``das deploy``."""
+    env = {k: v for k, v in os.environ.items() if not k.startswith(("PREFECT_", "DAS_"))}
+    env.update(
+        PREFECT_HOME=str(home),
+        PREFECT_API_URL=f"http://127.0.0.1:{port}/api",
+        PREFECT_SERVER_API_HOST="127.0.0.1",
+        PREFECT_SERVER_API_PORT=str(port),
+        PREFECT_SERVER_ANALYTICS_ENABLED="false",
+        PREFECT_SERVER_UI_SHOW_PROMOTIONAL_CONTENT="false",
+        DO_NOT_TRACK="1",
+        GX_ANALYTICS_ENABLED="false",
+        # Short loops so that a test sees the scheduler and the worker act within seconds.
+        PREFECT_SERVER_SERVICES_SCHEDULER_LOOP_SECONDS="2",
+        PREFECT_WORKER_QUERY_SECONDS="2",
+        PREFECT_WORKER_HEARTBEAT_SECONDS="10",
+    )
+    return env
+
+
+@dataclass
+class PrefectStack:
+    """A running server + deployments + worker; ``api`` is an HTTP client on its API."""
+
+    base: Path
+    port: int
+    env: dict[str, str]
+    root: Path
+    processes: dict[str, subprocess.Popen] = field(default_factory=dict)
+    logs: dict[str, Path] = field(default_factory=dict)
+
+    @property
+    def api_url(self) -> str:
+        return f"http://127.0.0.1:{self.port}/api"
+
+    @property
+    def ui_url(self) -> str:
+        return f"http://127.0.0.1:{self.port}"
+
+    @property
+    def api(self) -> httpx.Client:
+        return httpx.Client(base_url=self.api_url, timeout=120)
+
+    # -- processes ---------------------------------------------------------------------------
+    def start(self, name: str, argv: list[str]) -> subprocess.Popen:
+        log = self.base / f"{name}.log"
+        self.logs[name] = log
+        process = subprocess.Popen(
+            argv,
+            cwd=REPO,
+            env=self.env,
+            stdout=log.open("ab"),
+            stderr=subprocess.STDOUT,
+            start_new_session=True,  # its own process group: stopped as a whole, by its id
+        )
+        self.processes[name] = process
+        return process
+
+    def run(self, argv: list[str], timeout: float = 600) -> subprocess.CompletedProcess:
+        return subprocess.run(
+            argv, cwd=REPO, env=self.env, capture_output=True, text=True, timeout=timeout
+        )
+
+    def stop(self) -> None:
+        for process in reversed(list(self.processes.values())):
+            if process.poll() is None:
+                with contextlib.suppress(ProcessLookupError):
+                    os.killpg(process.pid, signal.SIGTERM)
+        for process in self.processes.values():
+            try:
+                process.wait(timeout=30)
+            except subprocess.TimeoutExpired:
+                with contextlib.suppress(ProcessLookupError):
+                    os.killpg(process.pid, signal.SIGKILL)
+                process.wait(timeout=30)
+
+    def log_tail(self, name: str, lines: int = 40) -> str:
+        path = self.logs.get(name)
+        if path is None or not path.is_file():
+            return ""
+        return "\n".join(path.read_text(errors="replace").splitlines()[-lines:])
+
+    # -- API -----------------------------------------------------------------------------------
+    def deployment(self, name: str) -> dict[str, Any]:
+        """``name`` is ``flow/deployment``, as in the UI and the CLI."""
+        with self.api as api:
+            response = api.get(f"/deployments/name/{name}")
+        response.raise_for_status()
+        return response.json()
+
+    def trigger(
+        self,
+        name: str,
+        parameters: dict[str, Any] | None = None,
+        job_variables: dict[str, Any] | None = None,
+    ) -> str:
+        """A run of deployment ``name`` (the UI's Quick/Custom Run); its flow-run id."""
+        body: dict[str, Any] = {"parameters": parameters or {}}
+        if job_variables:
+            body["job_variables"] = job_variables
+        deployment_id = self.deployment(name)["id"]
+        with self.api as api:
+            response = api.post(f"/deployments/{deployment_id}/create_flow_run", json=body)
+        response.raise_for_status()
+        return response.json()["id"]
+
+    def flow_run(self, flow_run_id: str) -> dict[str, Any]:
+        with self.api as api:
+            response = api.get(f"/flow_runs/{flow_run_id}")
+        response.raise_for_status()
+        return response.json()
+
+    def state(self, flow_run_id: str) -> str:
+        state = self.flow_run(flow_run_id).get("state") or {}
+        return state.get("type", "PENDING")
+
+    def wait(self, flow_run_id: str, states: set[str] = TERMINAL, timeout: float = 900) -> str:
+        deadline = time.monotonic() + timeout
+        while time.monotonic() < deadline:
+            try:
+                state = self.state(flow_run_id)
+            except httpx.TransportError:  # a busy SQLite server answers late: poll again
+                continue
+            if state in states:
+                return state
+            time.sleep(1)
+        raise TimeoutError(
+            f"flow run {flow_run_id} still {self.state(flow_run_id)} after {timeout:.0f} s\n"
+            f"worker log:\n{self.log_tail('worker')}"
+        )
+
+    def retry_as_the_ui_does(self, flow_run_id: str) -> None:
+        """The Prefect UI's Retry button: force the run into Scheduled/AwaitingRetry."""
+        state = {"type": "SCHEDULED", "name": "AwaitingRetry", "message": "Retry from the UI"}
+        with self.api as api:
+            response = api.post(
+                f"/flow_runs/{flow_run_id}/set_state", json={"state": state, "force": True}
+            )
+        response.raise_for_status()
+        assert response.json()["status"] == "ACCEPT", response.json()
+
+    def artifacts(self, flow_run_id: str) -> list[dict[str, Any]]:
+        body = {"artifacts": {"flow_run_id": {"any_": [flow_run_id]}}, "sort": "CREATED_DESC"}
+        with self.api as api:
+            response = api.post("/artifacts/filter", json=body)
+        response.raise_for_status()
+        return response.json()
+
+    def task_runs(self, flow_run_id: str) -> list[dict[str, Any]]:
+        body = {"task_runs": {"flow_run_id": {"any_": [flow_run_id]}}}
+        with self.api as api:
+            response = api.post("/task_runs/filter", json=body)
+        response.raise_for_status()
+        return response.json()
+
+    def flow_runs_of(self, deployment_id: str, state: str | None = None) -> list[dict[str, Any]]:
+        body: dict[str, Any] = {"deployments": {"id": {"any_": [deployment_id]}}}
+        if state:
+            body["flow_runs"] = {"state": {"type": {"any_": [state]}}}
+        with self.api as api:
+            response = api.post("/flow_runs/filter", json=body)
+        response.raise_for_status()
+        return response.json()
+
+
+def wait_for_health(stack: PrefectStack, timeout: float = 240) -> None:
+    deadline = time.monotonic() + timeout
+    server = stack.processes["server"]
+    while time.monotonic() < deadline:
+        if server.poll() is not None:
+            raise RuntimeError(f"prefect server exited:\n{stack.log_tail('server')}")
+        with contextlib.suppress(httpx.HTTPError):
+            if httpx.get(f"{stack.api_url}/health", timeout=5).status_code == 200:
+                return
+        time.sleep(1)
+    raise TimeoutError(f"prefect server not healthy after {timeout} s:\n{stack.log_tail('server')}")
+
+
+@contextlib.contextmanager
+def local_stack(base: Path | None = None, worker: bool = True) -> Iterator[PrefectStack]:
+    """Server, ``das deploy --local`` into ``<base>/root``, and (``worker``) a worker."""
+    base = Path(base or tempfile.mkdtemp(prefix="das-e2e-"))
+    port = free_port()
+    stack = PrefectStack(base=base, port=port, env=stack_environment(base / "home", port),
+                         root=base / "root")  # fmt: skip
+    try:
+        stack.start("server", [str(VENV_BIN / "prefect"), "server", "start",
+                               "--host", "127.0.0.1", "--port", str(port)])  # fmt: skip
+        wait_for_health(stack)
+        deploy = [str(VENV_BIN / "das"), "deploy", "--local", "--root", str(stack.root)]
+        deployed = stack.run(deploy)
+        (base / "deploy.log").write_text(deployed.stdout + deployed.stderr)
+        if deployed.returncode != 0:
+            raise RuntimeError(f"das deploy failed:\n{deployed.stdout}\n{deployed.stderr}")
+        if worker:
+            start_worker(stack)
+        yield stack
+    finally:
+        stack.stop()
+
+
+def start_worker(stack: PrefectStack) -> None:
+    stack.start("worker", [str(VENV_BIN / "prefect"), "worker", "start", "--pool", "das-enclave"])
+
+
+# -- pytest fixtures (registered by conftest.py; instantiated by the e2e tests only) ------------
+import pytest  # noqa: E402
+
+
+@pytest.fixture(scope="session")
+def prefect_stack(tmp_path_factory: pytest.TempPathFactory) -> Iterator[PrefectStack]:
+    """One real server, deployments and worker for the e2e session."""
+    with local_stack(tmp_path_factory.mktemp("e2e")) as stack:
+        yield stack
+
+
+@pytest.fixture(scope="session")
+def first_runs(prefect_stack: PrefectStack) -> dict[str, str]:
+    """What an operator does first: validate, then release SafeTab-P and PHSafe (US), each by
+    a Quick Run of its deployment as registered (production mode, secure noise, no run id).
+    Flow-run ids by deployment; every run is waited for (the tests check the states)."""
+    runs = {
+        name: prefect_stack.trigger(name)
+        for name in (
+            "validate/validate-safetab-p",
+            "safetab-p/safetab-p-us-pr",
+            "phsafe/phsafe-us",
+        )
+    }
+    for flow_run_id in runs.values():
+        prefect_stack.wait(flow_run_id)
+    return runs
