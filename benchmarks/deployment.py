@@ -63,7 +63,10 @@ def main() -> None:
             rows = []
             for index in range(args.runs):
                 output = stack.base / "bench" / f"{name.replace('/', '-')}-{index}"
-                run = stack.trigger(name, {"output": str(output)})
+                # Outside production, each run with its own ledger: the same inputs are
+                # released again and again here (production would refuse the second spend).
+                env = {"DAS_PRODUCTION": "0", "DAS_LEDGER_DIR": str(output) + ".ledger"}
+                run = stack.trigger(name, {"output": str(output)}, {"env": env})
                 state = stack.wait(run)
                 if state != "COMPLETED":
                     raise SystemExit(f"{name}: {state}\n{stack.log_tail('worker')}")

@@ -20,9 +20,14 @@ from prefect_stack import VENV_BIN, PrefectStack, run_folders
 pytestmark = [pytest.mark.e2e, pytest.mark.slow]
 
 SAFETAB = "safetab-p/safetab-p-us-pr"
-# Seeds are refused in production; the kill/retry test compares the bytes of two releases, so
-# its runs override DAS_PRODUCTION for the run (as an operator's Custom Run can).
-TEST_RUN = {"env": {"DAS_PRODUCTION": "0"}}
+
+
+def outside_production(ledger: Path) -> dict:
+    """Job variables of the kill/retry test's runs. Seeds are refused in production and the
+    test compares the bytes of two seeded releases, so these runs leave production mode (as an
+    operator's Custom Run can), each with its own privacy ledger: the production release of
+    the same inputs is already recorded in the deployment's ledger."""
+    return {"env": {"DAS_PRODUCTION": "0", "DAS_LEDGER_DIR": str(ledger)}}
 
 
 def artifact_keys(stack: PrefectStack, flow_run_id: str) -> dict[str, dict]:
@@ -127,7 +132,9 @@ def test_killed_run_retried_from_the_ui_resumes_without_redraw(
     stack = prefect_stack
     killed_out, clean_out = stack.base / "killed" / "output", stack.base / "clean" / "output"
     seeded = {"seed": 11}
-    run = stack.trigger(SAFETAB, {"output": str(killed_out), **seeded}, TEST_RUN)
+    run = stack.trigger(
+        SAFETAB, {"output": str(killed_out), **seeded}, outside_production(stack.base / "killed" / "ledger")
+    )
     process = _flow_process(stack, run)
     deadline = time.monotonic() + 600
     while not _noise_files(killed_out):  # the first draw is persisted: the run is mid-measure
@@ -150,7 +157,9 @@ def test_killed_run_retried_from_the_ui_resumes_without_redraw(
     assert drawn
 
     stack.retry_as_the_ui_does(run)
-    clean = stack.trigger(SAFETAB, {"output": str(clean_out), **seeded}, TEST_RUN)
+    clean = stack.trigger(
+        SAFETAB, {"output": str(clean_out), **seeded}, outside_production(stack.base / "clean" / "ledger")
+    )
     assert stack.wait(run) == "COMPLETED", stack.log_tail("worker")
     assert stack.wait(clean) == "COMPLETED", stack.log_tail("worker")
 
