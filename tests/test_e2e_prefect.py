@@ -132,9 +132,8 @@ def test_killed_run_retried_from_the_ui_resumes_without_redraw(
     stack = prefect_stack
     killed_out, clean_out = stack.base / "killed" / "output", stack.base / "clean" / "output"
     seeded = {"seed": 11}
-    run = stack.trigger(
-        SAFETAB, {"output": str(killed_out), **seeded}, outside_production(stack.base / "killed" / "ledger")
-    )
+    killed_env = outside_production(stack.base / "killed" / "ledger")
+    run = stack.trigger(SAFETAB, {"output": str(killed_out), **seeded}, killed_env)
     process = _flow_process(stack, run)
     deadline = time.monotonic() + 600
     while not _noise_files(killed_out):  # the first draw is persisted: the run is mid-measure
@@ -157,9 +156,8 @@ def test_killed_run_retried_from_the_ui_resumes_without_redraw(
     assert drawn
 
     stack.retry_as_the_ui_does(run)
-    clean = stack.trigger(
-        SAFETAB, {"output": str(clean_out), **seeded}, outside_production(stack.base / "clean" / "ledger")
-    )
+    clean_env = outside_production(stack.base / "clean" / "ledger")
+    clean = stack.trigger(SAFETAB, {"output": str(clean_out), **seeded}, clean_env)
     assert stack.wait(run) == "COMPLETED", stack.log_tail("worker")
     assert stack.wait(clean) == "COMPLETED", stack.log_tail("worker")
 
