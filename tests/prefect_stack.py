@@ -174,6 +174,29 @@ class PrefectStack:
             f"worker log:\n{self.log_tail('worker')}"
         )
 
+    def worker_logs_since(self, flow_run_id: str, since: float) -> list[dict[str, Any]]:
+        """The flow run's log records from its worker (``prefect.flow_runs.worker``) after
+        ``since`` (epoch seconds)."""
+        body = {"logs": {"flow_run_id": {"any_": [flow_run_id]}}}
+        with self.api as api:
+            response = api.post("/logs/filter", json=body)
+        response.raise_for_status()
+        return [
+            log
+            for log in response.json()
+            if log["name"] == "prefect.flow_runs.worker" and _epoch(log["timestamp"]) > since
+        ]
+
+    def wait_for_worker_release(self, flow_run_id: str, since: float, timeout: float = 180) -> None:
+        """Wait until the worker has finished with a killed flow process: it reports the exit
+        (a log line of the run) only after the run already shows Crashed, and a Retry made in
+        between is marked Crashed by that late report (Prefect 3.8.8's process worker)."""
+        deadline = time.monotonic() + timeout
+        while not self.worker_logs_since(flow_run_id, since):
+            if time.monotonic() > deadline:
+                raise TimeoutError(f"the worker never reported the end of {flow_run_id}")
+            time.sleep(1)
+
     def retry_as_the_ui_does(self, flow_run_id: str) -> None:
         """The Prefect UI's Retry button: force the run into Scheduled/AwaitingRetry."""
         state = {"type": "SCHEDULED", "name": "AwaitingRetry", "message": "Retry from the UI"}
@@ -206,6 +229,12 @@ class PrefectStack:
             response = api.post("/flow_runs/filter", json=body)
         response.raise_for_status()
         return response.json()
+
+
+def _epoch(timestamp: str) -> float:
+    from datetime import datetime
+
+    return datetime.fromisoformat(timestamp.replace("Z", "+00:00")).timestamp()
 
 
 def wait_for_health(stack: PrefectStack, timeout: float = 240) -> None:

@@ -77,7 +77,7 @@ def test_operator_finds_the_run_its_artifacts_and_the_report(
 
     _open(page, f"{stack.ui_url}/runs/flow-run/{release['id']}", release["name"])
     page.screenshot(path=screenshots / "02-safetab-p-flow-run.png")
-    page.get_by_role("tab", name="Artifacts").click()
+    page.get_by_text("Artifacts", exact=True).first.click()
     page.get_by_text("safetab-p-audit").first.wait_for(timeout=30_000)
     page.screenshot(path=screenshots / "03-safetab-p-artifacts.png", full_page=True)
 

@@ -141,8 +141,10 @@ def test_killed_run_retried_from_the_ui_resumes_without_redraw(
         assert time.monotonic() < deadline, "no noise drawn within 10 minutes"
         time.sleep(0.05)
     workers = process.children(recursive=True)
+    killed_at = time.time()
     os.kill(process.pid, signal.SIGKILL)
     assert stack.wait(run, timeout=300) == "CRASHED"
+    stack.wait_for_worker_release(run, killed_at)  # as an operator sees the crash in the logs
 
     gaps = []  # what the lead's run layer change must still deliver (see the xfail below)
     _, alive = psutil.wait_procs(workers, timeout=60)
