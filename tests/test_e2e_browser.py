@@ -28,6 +28,8 @@ CHROMIUM_ARGS = [
     "--host-resolver-rules=MAP * ~NOTFOUND, EXCLUDE 127.0.0.1",
 ]
 VIEWPORT = {"width": 1600, "height": 1000}
+# The UI scrolls inside its main panel, not the page: a tall window shows a whole artifact.
+TALL = {"width": 1600, "height": 2400}
 
 
 @pytest.fixture(scope="module")
@@ -79,7 +81,7 @@ def test_operator_finds_the_run_its_artifacts_and_the_report(
     page.screenshot(path=screenshots / "02-safetab-p-flow-run.png")
     page.get_by_text("Artifacts", exact=True).first.click()
     page.get_by_text("safetab-p-audit").first.wait_for(timeout=30_000)
-    page.screenshot(path=screenshots / "03-safetab-p-artifacts.png", full_page=True)
+    page.screenshot(path=screenshots / "03-safetab-p-artifacts.png")
 
     artifacts = {a["key"]: a for a in stack.artifacts(release["id"]) if a.get("key")}
     shots = {
@@ -87,9 +89,10 @@ def test_operator_finds_the_run_its_artifacts_and_the_report(
         "safetab-p-privacy-totals": "05-safetab-p-privacy-totals.png",
         "safetab-p-privacy-us": "06-safetab-p-privacy-us.png",
     }
+    page.set_viewport_size(TALL)
     for key, name in shots.items():
         _open(page, f"{stack.ui_url}/artifacts/artifact/{artifacts[key]['id']}", key)
-        page.screenshot(path=screenshots / name, full_page=True)
+        page.screenshot(path=screenshots / name)
 
     phsafe = stack.flow_run(first_runs["phsafe/phsafe-us"])
     ph_artifacts = {a["key"]: a for a in stack.artifacts(phsafe["id"]) if a.get("key")}
@@ -98,12 +101,15 @@ def test_operator_finds_the_run_its_artifacts_and_the_report(
         "phsafe-audit": "08-phsafe-audit.png",
     }.items():
         _open(page, f"{stack.ui_url}/artifacts/artifact/{ph_artifacts[key]['id']}", key)
-        page.screenshot(path=screenshots / name, full_page=True)
+        page.screenshot(path=screenshots / name)
 
+    page.set_viewport_size(VIEWPORT)
     validation = stack.flow_run(first_runs["validate/validate-safetab-p"])
-    summary = next(a for a in stack.artifacts(validation["id"]) if a.get("type") == "markdown")
+    summary = next(
+        a for a in stack.artifacts(validation["id"]) if a["key"] == "validation-safetab-p-us-pr"
+    )
     _open(page, f"{stack.ui_url}/artifacts/artifact/{summary['id']}", "Validation report")
-    page.screenshot(path=screenshots / "09-validation-links.png", full_page=True)
+    page.screenshot(path=screenshots / "09-validation-links.png")
     report = page.locator("a[href$='report.html']").first
     assert (
         report.get_attribute("href")
