@@ -46,13 +46,15 @@ def validation_markdown(product: str, label: str, summary: Mapping[str, Any]) ->
     """The verdict, the counts of failed checks and links to the report (no data values)."""
     verdict = "VALID" if summary["ok"] else "NOT VALID"
     lines = [f"# {product} inputs ({label}): {verdict}", ""]
-    lines += ["| | |", "|---|---|"]
+    lines += ["| result | value |", "|---|---|"]
     lines.append(f"| errors | {summary['errors']} |")
     lines.append(f"| warnings | {summary['warnings']} |")
     lines.append(f"| checks run | {summary['checks_run']} |")
     failed = ", ".join(code(check) for check in summary["failed_checks"]) or "none"
     lines.append(f"| failed checks | {failed} |")
     lines += ["", "## Report files (inside the enclave)", ""]
+    lines += ["Browsers do not open `file://` links from a web page: paste the path into the "
+              "address bar of a browser on an enclave host.", ""]  # fmt: skip
     for title, path in report_links(summary["report_dir"]).items():
         state = "" if path.is_file() else " (missing)"
         lines.append(f"- [{title}]({path.as_uri()}){state}: {code(path)}")
