@@ -71,6 +71,12 @@ def test_every_release_has_an_inactive_production_schedule(name: str) -> None:
     assert schedule["cron"] and schedule["timezone"]
 
 
+def test_every_deployment_uses_the_pool_das_deploy_creates() -> None:
+    from das.cli.deploy import WORK_POOL
+
+    assert {d["work_pool"]["name"] for d in _deployments()} == {WORK_POOL}
+
+
 def test_every_placeholder_is_a_known_variable() -> None:
     """A misspelt variable would be registered as an empty string: only the three documented
     variables may appear."""

@@ -9,7 +9,7 @@ engine never imports Prefect):
 2. ``--local`` is the profile that runs from this checkout: the checkout is this one, the root
    ``.das-local/`` inside it (``--root`` to change), the ledger ``<root>/ledger``, and small
    synthetic inputs are written in the root's layout when absent;
-3. the process work pool (``--pool``, default ``das-enclave``) is created when missing;
+3. the process work pool the deployments name (``das-enclave``) is created when missing;
 4. ``prefect deploy --prefect-file deploy/prefect.yaml --all`` registers the deployments.
 
 Needs ``PREFECT_API_URL`` (the server the deployments go to). Exit codes: 0 registered,
@@ -29,7 +29,7 @@ from pathlib import Path
 
 EXIT_OK, EXIT_FAILED, EXIT_USAGE = 0, 1, 2
 PREFECT_FILE = Path("deploy") / "prefect.yaml"
-DEFAULT_POOL = "das-enclave"
+WORK_POOL = "das-enclave"  # the work pool every deployment of deploy/prefect.yaml names
 LOCAL_ROOT = ".das-local"
 LOCAL_PERSONS = 20_000
 LOCAL_SEED = 2020
@@ -57,7 +57,6 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     deploy.add_argument("--checkout", type=Path, default=None, help="sets das_checkout")
     deploy.add_argument("--root", type=Path, default=None, help="sets das_root")
     deploy.add_argument("--ledger", type=Path, default=None, help="sets das_ledger_dir")
-    deploy.add_argument("--pool", default=DEFAULT_POOL, help="process work pool name")
     deploy.set_defaults(handler=deploy_command)
 
 
@@ -138,9 +137,13 @@ def local_phsafe_config(pass_name: str) -> dict:
     return config
 
 
+class LocalInputsFailed(RuntimeError):
+    """A `das synth` step of the local profile failed (it printed why)."""
+
+
 def _checked(code: int) -> None:
     if code != 0:
-        raise RuntimeError(f"preparing the local inputs failed (exit {code})")
+        raise LocalInputsFailed(f"preparing the local inputs failed (exit {code})")
 
 
 def deploy_command(args: argparse.Namespace) -> int:
@@ -168,7 +171,11 @@ def deploy_command(args: argparse.Namespace) -> int:
             "das_ledger_dir": (args.ledger or root / "ledger").resolve(),
         }
         print(f"das deploy: local profile, inputs and outputs under {root}", flush=True)
-        prepare_local_inputs(root)
+        try:
+            prepare_local_inputs(root)
+        except LocalInputsFailed as exc:
+            print(f"das deploy: error: {exc}", file=sys.stderr)
+            return EXIT_FAILED
     for name, value in values.items():
         if value is not None:
             if set_variable(name, str(Path(value).resolve())) != 0:
@@ -181,16 +188,16 @@ def deploy_command(args: argparse.Namespace) -> int:
                 file=sys.stderr,
             )
             return EXIT_USAGE
-    if prefect("work-pool", "inspect", args.pool, quiet=True) != 0:
-        code = prefect("work-pool", "create", args.pool, "--type", "process")
+    if prefect("work-pool", "inspect", WORK_POOL, quiet=True) != 0:
+        code = prefect("work-pool", "create", WORK_POOL, "--type", "process")
         if code != 0:
             return EXIT_FAILED
     code = prefect("deploy", "--prefect-file", str(PREFECT_FILE), "--all", cwd=checkout)
     if code != 0:
         return EXIT_FAILED
     print(
-        f"das deploy: deployments registered in pool {args.pool}; start a worker from the "
-        f"checkout with: .venv/bin/prefect worker start --pool {args.pool}"
+        f"das deploy: deployments registered in pool {WORK_POOL}; start a worker from the "
+        f"checkout with: .venv/bin/prefect worker start --pool {WORK_POOL}"
     )
     return EXIT_OK
 
