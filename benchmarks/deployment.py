@@ -15,32 +15,34 @@ from __future__ import annotations
 import argparse
 import statistics
 import sys
-from datetime import datetime
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "tests"))
 
-from prefect_stack import VENV_BIN, PrefectStack, free_port, local_stack, start_worker
+from prefect_stack import (
+    VENV_BIN,
+    PrefectStack,
+    epoch,
+    free_port,
+    local_stack,
+    start_worker,
+)
 
 DEPLOYMENTS = ("safetab-p/safetab-p-us-pr", "phsafe/phsafe-us")
 
 
-def seconds(timestamp: str | None) -> float:
-    return datetime.fromisoformat(str(timestamp).replace("Z", "+00:00")).timestamp()
-
-
 def timings(stack: PrefectStack, flow_run_id: str) -> dict[str, float]:
     run = stack.flow_run(flow_run_id)
-    created = seconds(run["created"])
+    created = epoch(run["created"])
     tasks = stack.task_runs(flow_run_id)
-    validated = [seconds(t["end_time"]) for t in tasks if t["name"].startswith("validate")]
-    measures = [seconds(t["start_time"]) for t in tasks
+    validated = [epoch(t["end_time"]) for t in tasks if t["name"].startswith("validate")]
+    measures = [epoch(t["start_time"]) for t in tasks
                 if t["name"].startswith("measure") and t["start_time"]]  # fmt: skip
     return {
-        "running": seconds(run["start_time"]) - created,
+        "running": epoch(run["start_time"]) - created,
         "validated": min(validated) - created if validated else float("nan"),
         "first measure": min(measures) - created,
-        "completed": seconds(run["end_time"]) - created,
+        "completed": epoch(run["end_time"]) - created,
     }
 
 

@@ -126,12 +126,26 @@ class PrefectStack:
         return "\n".join(path.read_text(errors="replace").splitlines()[-lines:])
 
     # -- API -----------------------------------------------------------------------------------
+    def request(self, method: str, path: str, body: Any = None, attempts: int = 5) -> Any:
+        """One API call, its JSON. A server busy on its SQLite database answers 503 or late;
+        the call is repeated then (a 503 is a rolled-back transaction: nothing was done)."""
+        for attempt in range(attempts):
+            try:
+                with self.api as api:
+                    response = api.request(method, path, json=body)
+            except httpx.TransportError:
+                if attempt == attempts - 1:
+                    raise
+            else:
+                if response.status_code != 503 or attempt == attempts - 1:
+                    response.raise_for_status()
+                    return response.json()
+            time.sleep(2 * (attempt + 1))
+        raise AssertionError("unreachable")
+
     def deployment(self, name: str) -> dict[str, Any]:
         """``name`` is ``flow/deployment``, as in the UI and the CLI."""
-        with self.api as api:
-            response = api.get(f"/deployments/name/{name}")
-        response.raise_for_status()
-        return response.json()
+        return self.request("GET", f"/deployments/name/{name}")
 
     def trigger(
         self,
@@ -144,16 +158,10 @@ class PrefectStack:
         if job_variables:
             body["job_variables"] = job_variables
         deployment_id = self.deployment(name)["id"]
-        with self.api as api:
-            response = api.post(f"/deployments/{deployment_id}/create_flow_run", json=body)
-        response.raise_for_status()
-        return response.json()["id"]
+        return self.request("POST", f"/deployments/{deployment_id}/create_flow_run", body)["id"]
 
     def flow_run(self, flow_run_id: str) -> dict[str, Any]:
-        with self.api as api:
-            response = api.get(f"/flow_runs/{flow_run_id}")
-        response.raise_for_status()
-        return response.json()
+        return self.request("GET", f"/flow_runs/{flow_run_id}")
 
     def state(self, flow_run_id: str) -> str:
         state = self.flow_run(flow_run_id).get("state") or {}
@@ -162,10 +170,7 @@ class PrefectStack:
     def wait(self, flow_run_id: str, states: set[str] = TERMINAL, timeout: float = 900) -> str:
         deadline = time.monotonic() + timeout
         while time.monotonic() < deadline:
-            try:
-                state = self.state(flow_run_id)
-            except httpx.TransportError:  # a busy SQLite server answers late: poll again
-                continue
+            state = self.state(flow_run_id)
             if state in states:
                 return state
             time.sleep(1)
@@ -178,13 +183,10 @@ class PrefectStack:
         """The flow run's log records from its worker (``prefect.flow_runs.worker``) after
         ``since`` (epoch seconds)."""
         body = {"logs": {"flow_run_id": {"any_": [flow_run_id]}}}
-        with self.api as api:
-            response = api.post("/logs/filter", json=body)
-        response.raise_for_status()
         return [
             log
-            for log in response.json()
-            if log["name"] == "prefect.flow_runs.worker" and _epoch(log["timestamp"]) > since
+            for log in self.request("POST", "/logs/filter", body)
+            if log["name"] == "prefect.flow_runs.worker" and epoch(log["timestamp"]) > since
         ]
 
     def wait_for_worker_release(self, flow_run_id: str, since: float, timeout: float = 180) -> None:
@@ -200,38 +202,27 @@ class PrefectStack:
     def retry_as_the_ui_does(self, flow_run_id: str) -> None:
         """The Prefect UI's Retry button: force the run into Scheduled/AwaitingRetry."""
         state = {"type": "SCHEDULED", "name": "AwaitingRetry", "message": "Retry from the UI"}
-        with self.api as api:
-            response = api.post(
-                f"/flow_runs/{flow_run_id}/set_state", json={"state": state, "force": True}
-            )
-        response.raise_for_status()
-        assert response.json()["status"] == "ACCEPT", response.json()
+        body = {"state": state, "force": True}
+        response = self.request("POST", f"/flow_runs/{flow_run_id}/set_state", body)
+        assert response["status"] == "ACCEPT", response
 
     def artifacts(self, flow_run_id: str) -> list[dict[str, Any]]:
         body = {"artifacts": {"flow_run_id": {"any_": [flow_run_id]}}, "sort": "CREATED_DESC"}
-        with self.api as api:
-            response = api.post("/artifacts/filter", json=body)
-        response.raise_for_status()
-        return response.json()
+        return self.request("POST", "/artifacts/filter", body)
 
     def task_runs(self, flow_run_id: str) -> list[dict[str, Any]]:
         body = {"task_runs": {"flow_run_id": {"any_": [flow_run_id]}}}
-        with self.api as api:
-            response = api.post("/task_runs/filter", json=body)
-        response.raise_for_status()
-        return response.json()
+        return self.request("POST", "/task_runs/filter", body)
 
     def flow_runs_of(self, deployment_id: str, state: str | None = None) -> list[dict[str, Any]]:
         body: dict[str, Any] = {"deployments": {"id": {"any_": [deployment_id]}}}
         if state:
             body["flow_runs"] = {"state": {"type": {"any_": [state]}}}
-        with self.api as api:
-            response = api.post("/flow_runs/filter", json=body)
-        response.raise_for_status()
-        return response.json()
+        return self.request("POST", "/flow_runs/filter", body)
 
 
-def _epoch(timestamp: str) -> float:
+def epoch(timestamp: str) -> float:
+    """Seconds since the epoch of an API timestamp (ISO 8601)."""
     from datetime import datetime
 
     return datetime.fromisoformat(timestamp.replace("Z", "+00:00")).timestamp()

@@ -15,7 +15,7 @@ from pathlib import Path
 
 import psutil
 import pytest
-from prefect_stack import VENV_BIN, PrefectStack, run_folders
+from prefect_stack import VENV_BIN, PrefectStack, epoch, run_folders
 
 pytestmark = [pytest.mark.e2e, pytest.mark.slow]
 
@@ -83,15 +83,9 @@ def test_trigger_to_first_measure_task(
     measures = [t for t in prefect_stack.task_runs(run["id"]) if t["name"].startswith("measure")]
     assert measures
     first = min(t["start_time"] for t in measures if t["start_time"])
-    seconds = _seconds(first) - _seconds(run["created"])
+    seconds = epoch(first) - epoch(run["created"])
     (prefect_stack.base / "trigger-to-measure.json").write_text(json.dumps({SAFETAB: seconds}))
     assert seconds > 0
-
-
-def _seconds(timestamp: str) -> float:
-    from datetime import datetime
-
-    return datetime.fromisoformat(timestamp.replace("Z", "+00:00")).timestamp()
 
 
 def _noise_files(output: Path) -> dict[Path, tuple[str, int, int]]:
