@@ -45,18 +45,31 @@ def test_pull_step_runs_from_the_checkout_named_by_a_variable() -> None:
     assert directory == "{{ prefect.variables.das_checkout }}"
 
 
+PATH_PARAMETERS = ("config", "data", "output", "data_dir", "report")
+
+
+def _reads_data(deployment: dict) -> bool:
+    return any(key in deployment.get("parameters", {}) for key in PATH_PARAMETERS)
+
+
+def test_the_product_deployments_read_data() -> None:
+    names = {d["name"] for d in _deployments() if _reads_data(d)}
+    assert {*RELEASES, *VALIDATIONS, "swap-households"} <= names
+
+
 @pytest.mark.parametrize("deployment", _deployments(), ids=lambda d: d["name"])
 def test_paths_come_from_prefect_variables(deployment: dict) -> None:
-    parameters = deployment["parameters"]
-    paths = [parameters[key] for key in ("config", "data", "output", "data_dir", "report")
-             if key in parameters]  # fmt: skip
-    assert paths
-    for path in paths:
-        assert path.startswith("{{ prefect.variables.das_root }}/"), path
+    parameters = deployment.get("parameters", {})
+    for key in PATH_PARAMETERS:
+        if key in parameters:
+            assert parameters[key].startswith("{{ prefect.variables.das_root }}/"), key
 
 
-@pytest.mark.parametrize("deployment", _deployments(), ids=lambda d: d["name"])
+@pytest.mark.parametrize(
+    "deployment", [d for d in _deployments() if _reads_data(d)], ids=lambda d: d["name"]
+)
 def test_production_environment_and_ledger(deployment: dict) -> None:
+    """Every deployment that reads the confidential inputs runs in production mode."""
     env = deployment["work_pool"]["job_variables"]["env"]
     assert env["DAS_PRODUCTION"] == "1"
     assert env["DAS_LEDGER_DIR"] == "{{ prefect.variables.das_ledger_dir }}"
