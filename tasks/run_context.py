@@ -71,6 +71,21 @@ def resolve_path(path: str | Path) -> Path:
     return Path(path).expanduser().resolve()
 
 
+RUN_ID_FIELD = "{run_id}"
+
+
+def release_folder(output: Path, run_id: str) -> Path:
+    """The release folder of a run: ``output`` with ``{run_id}`` replaced by the run id.
+
+    A deployment whose ``output`` is ``.../releases/{run_id}`` publishes every run (a scheduled
+    one included) into a new folder, while Prefect's Retry of a run, which keeps its flow-run
+    id, resumes the same one. Any other brace is refused: it is a typo, not a folder name."""
+    text = str(output)
+    if text.replace(RUN_ID_FIELD, "").count("{") or text.replace(RUN_ID_FIELD, "").count("}"):
+        raise RunRefused(f"output {text!r}: the only placeholder allowed is {RUN_ID_FIELD}")
+    return Path(text.replace(RUN_ID_FIELD, run_id))
+
+
 def default_run_id() -> str:
     """The Prefect flow-run id: a Retry of the flow run gets the same run folder."""
     from prefect.runtime import flow_run
@@ -244,7 +259,8 @@ def release_run(
     measurements = plan.measurements if plan is not None else ()
     check_release_policy(request.seed, measurements)
     run_id = check_run_id(request.run_id) if request.run_id else default_run_id()
-    folder = RunFolder(request.output, run_id)
+    output = release_folder(request.output, run_id)
+    folder = RunFolder(output, run_id)
     files = inputs.all_files()
     digests = hash_files(files)
     identity = RunIdentity(
@@ -255,7 +271,7 @@ def release_run(
         reference={name: digests[name] for name in inputs.reference},
         seed_mode=seed_mode(request.seed),
     )
-    ledger = PrivacyLedger(ledger_directory(request.output))
+    ledger = PrivacyLedger(ledger_directory(output))
     dataset = dataset_key(identity.inputs)
     markers = privacy_markers(request.seed, measurements)
     try:

@@ -21,6 +21,7 @@ COMMANDS = [
     ["ledger", "show", "--ledger-dir", "l"],
     ["explore", "--workspace", "w"],
     ["audit-privacy", "safetab-p", "--config", "c.json", "--report", "r.md"],
+    ["deploy", "--checkout", "c", "--root", "r", "--ledger", "l"],
     ["synth", "safetab-p", "--output", "o", "--specs", "s"],
     ["synth", "phsafe", "--output", "o", "--config", "c.json"],
     ["validate", "safetab-p", "--config", "c.json", "--data", "d", "--report", "r"],

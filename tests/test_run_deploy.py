@@ -17,11 +17,89 @@ def _deployments() -> list[dict]:
     return yaml.safe_load(PREFECT_YAML.read_text())["deployments"]
 
 
+RELEASES = ("safetab-p-us-pr", "phsafe-us", "phsafe-pr")
+VALIDATIONS = ("validate-safetab-p", "validate-phsafe-us", "validate-phsafe-pr")
+
+
 def test_expected_deployments_exist() -> None:
     names = {d["name"] for d in _deployments()}
-    assert {"safetab-p-us-pr", "phsafe-us", "phsafe-pr"} <= names
-    if (REPO / "flows" / "swap.py").is_file():
-        assert "swap-households" in names
+    assert {*RELEASES, *VALIDATIONS, "swap-households"} <= names
+
+
+def _strings(value: object) -> list[str]:
+    if isinstance(value, str):
+        return [value]
+    if isinstance(value, dict):
+        return [s for v in value.values() for s in _strings(v)]
+    if isinstance(value, list):
+        return [s for v in value for s in _strings(v)]
+    return []
+
+
+def test_pull_step_runs_from_the_checkout_named_by_a_variable() -> None:
+    """No site path in the file: the worker's checkout comes from the das_checkout variable."""
+    config = yaml.safe_load(PREFECT_YAML.read_text())
+    assert not [s for s in _strings(config) if "/opt/" in s or "/secure/" in s]
+    (step,) = config["pull"]
+    directory = step["prefect.deployments.steps.set_working_directory"]["directory"]
+    assert directory == "{{ prefect.variables.das_checkout }}"
+
+
+PATH_PARAMETERS = ("config", "data", "output", "data_dir", "report")
+
+
+def _reads_data(deployment: dict) -> bool:
+    return any(key in deployment.get("parameters", {}) for key in PATH_PARAMETERS)
+
+
+def test_the_product_deployments_read_data() -> None:
+    names = {d["name"] for d in _deployments() if _reads_data(d)}
+    assert {*RELEASES, *VALIDATIONS, "swap-households"} <= names
+
+
+@pytest.mark.parametrize("deployment", _deployments(), ids=lambda d: d["name"])
+def test_paths_come_from_prefect_variables(deployment: dict) -> None:
+    parameters = deployment.get("parameters", {})
+    for key in PATH_PARAMETERS:
+        if key in parameters:
+            assert parameters[key].startswith("{{ prefect.variables.das_root }}/"), key
+
+
+@pytest.mark.parametrize(
+    "deployment", [d for d in _deployments() if _reads_data(d)], ids=lambda d: d["name"]
+)
+def test_production_environment_and_ledger(deployment: dict) -> None:
+    """Every deployment that reads the confidential inputs runs in production mode."""
+    env = deployment["work_pool"]["job_variables"]["env"]
+    assert env["DAS_PRODUCTION"] == "1"
+    assert env["DAS_LEDGER_DIR"] == "{{ prefect.variables.das_ledger_dir }}"
+    assert "DAS_TASK_RUNNER" not in env
+
+
+@pytest.mark.parametrize("name", RELEASES)
+def test_every_release_has_an_inactive_production_schedule(name: str) -> None:
+    (deployment,) = [d for d in _deployments() if d["name"] == name]
+    (schedule,) = deployment["schedules"]
+    assert schedule["active"] is False and schedule["slug"] == "production"
+    assert schedule["cron"] and schedule["timezone"]
+
+
+def test_every_deployment_uses_the_pool_das_deploy_creates() -> None:
+    from das.cli.deploy import WORK_POOL
+
+    assert {d["work_pool"]["name"] for d in _deployments()} == {WORK_POOL}
+
+
+def test_every_placeholder_is_a_known_variable() -> None:
+    """A misspelt variable would be registered as an empty string: only the three documented
+    variables may appear."""
+    from prefect.utilities.templating import find_placeholders
+
+    from das.cli.deploy import VARIABLES
+
+    names = {p.name for s in _strings(yaml.safe_load(PREFECT_YAML.read_text()))
+             for p in find_placeholders(s)}  # fmt: skip
+    assert names == {f"prefect.variables.{name}" for name in VARIABLES}
 
 
 @pytest.mark.parametrize("deployment", _deployments(), ids=lambda d: d["name"])

@@ -21,6 +21,7 @@ COMMAND_MODULES = (
     "demo",
     "explore",
     "audit_privacy",
+    "deploy",
 )
 
 

@@ -69,7 +69,12 @@ def _product_parser(
     parser = products.add_parser(product, help=text, description=text)
     parser.add_argument("--config", required=True, type=resolved_path, help="the run's config.json")
     parser.add_argument("--data", required=True, type=resolved_path, help="folder of input files")
-    parser.add_argument("--output", required=True, type=resolved_path, help="output folder")
+    parser.add_argument(
+        "--output",
+        required=True,
+        type=resolved_path,
+        help="release folder (may contain {run_id}: a new folder per run)",
+    )
     parser.add_argument(
         "--seed", type=int, default=None, help="reproducible noise: tests and demos only"
     )
@@ -193,6 +198,7 @@ def run_command(args: argparse.Namespace) -> int:
     with _quiet_tracebacks():
         state = flow(**parameters, return_state=True)
     run_id = args.run_id or str(state.state_details.flow_run_id)
+    output = Path(str(output).replace("{run_id}", run_id))
     folder = RunFolder(output, run_id)
     if state.is_completed():
         record = state.result()

@@ -1,0 +1,212 @@
+"""`das deploy`: create the work pool and register every deployment of ``deploy/prefect.yaml``.
+
+One command for the operator, built on the ``prefect`` command of the same virtualenv (the
+engine never imports Prefect):
+
+1. the Prefect variables the deployments read their paths from (``das_checkout``, ``das_root``,
+   ``das_ledger_dir``) are set from ``--checkout``/``--root``/``--ledger`` when given, and must
+   exist otherwise;
+2. ``--local`` is the profile that runs from this checkout: the checkout is this one, the root
+   ``.das-local/`` inside it (``--root`` to change), the ledger ``<root>/ledger``, and small
+   synthetic inputs are written in the root's layout when absent;
+3. the process work pool the deployments name (``das-enclave``) is created when missing;
+4. ``prefect deploy --prefect-file deploy/prefect.yaml --all`` registers the deployments.
+
+Needs ``PREFECT_API_URL`` (the server the deployments go to). Exit codes: 0 registered,
+1 a Prefect command failed, 2 usage error (no API URL, a missing variable, no checkout).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import shutil
+import subprocess
+import sys
+from collections.abc import Sequence
+from pathlib import Path
+
+from das.cli.arguments import resolved_path
+
+EXIT_OK, EXIT_FAILED, EXIT_USAGE = 0, 1, 2
+PREFECT_FILE = Path("deploy") / "prefect.yaml"
+WORK_POOL = "das-enclave"  # the work pool every deployment of deploy/prefect.yaml names
+LOCAL_ROOT = ".das-local"
+LOCAL_PERSONS = 20_000
+LOCAL_SEED = 2020
+SAFETAB_P_INPUTS = {"person-records", "GRF-C"}
+# Prefect variable → what it names (the deployments' paths; see deploy/prefect.yaml).
+VARIABLES = {
+    "das_checkout": "the checkout on the worker hosts (with its .venv)",
+    "das_root": "the folder of inputs and outputs (layout in deploy/prefect.yaml)",
+    "das_ledger_dir": "the privacy ledger folder (DAS_LEDGER_DIR)",
+}
+
+
+def register(subparsers: argparse._SubParsersAction) -> None:
+    deploy = subparsers.add_parser(
+        "deploy",
+        help="create the work pool and register every Prefect deployment",
+        description=__doc__,
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
+    deploy.add_argument(
+        "--local",
+        action="store_true",
+        help=f"profile of this checkout: inputs and outputs under {LOCAL_ROOT}/ (demo data)",
+    )
+    deploy.add_argument("--checkout", type=resolved_path, default=None, help="sets das_checkout")
+    deploy.add_argument("--root", type=resolved_path, default=None, help="sets das_root")
+    deploy.add_argument("--ledger", type=resolved_path, default=None, help="sets das_ledger_dir")
+    deploy.set_defaults(handler=deploy_command)
+
+
+def checkout_root() -> Path | None:
+    """The checkout holding ``deploy/prefect.yaml``: the working directory or one of its
+    parents, else the one this package was installed from (editable installs)."""
+    here = Path.cwd().resolve()
+    package_root = Path(__file__).resolve().parents[2]
+    for candidate in (here, *here.parents, package_root):
+        if (candidate / PREFECT_FILE).is_file():
+            return candidate
+    return None
+
+
+def prefect_command() -> list[str]:
+    """The ``prefect`` command of this interpreter's environment (the project's virtualenv)."""
+    script = Path(sys.executable).with_name("prefect")
+    return [str(script)] if script.is_file() else [sys.executable, "-m", "prefect"]
+
+
+def prefect(*args: str, cwd: Path | None = None, quiet: bool = False) -> int:
+    """Run one ``prefect`` command without prompts; its exit code."""
+    output = subprocess.DEVNULL if quiet else None
+    command = [*prefect_command(), "--no-prompt", *args]
+    return subprocess.run(command, cwd=cwd, stdout=output, stderr=output, check=False).returncode
+
+
+def variable_exists(name: str) -> bool:
+    return prefect("variable", "get", name, quiet=True) == 0
+
+
+def set_variable(name: str, value: str) -> int:
+    # A JSON string, so that a path is never read as a number or a list.
+    return prefect("variable", "set", name, json.dumps(value), "--overwrite", quiet=True)
+
+
+def prepare_local_inputs(root: Path) -> None:
+    """Small synthetic inputs in the layout of ``deploy/prefect.yaml`` (kept when present)."""
+    from das.cli import main
+
+    seed = ["--persons", str(LOCAL_PERSONS), "--seed", str(LOCAL_SEED)]
+    safetab = root / "safetab-p"
+    if not (safetab / "params" / "config.json").is_file():
+        shutil.rmtree(safetab / "input", ignore_errors=True)
+        _checked(main(["synth", "safetab-p", "--output", str(safetab / "input"), *seed]))
+        params = safetab / "params"
+        params.mkdir(parents=True, exist_ok=True)
+        for path in (safetab / "input").iterdir():  # config.json and the four spec files
+            if path.stem not in SAFETAB_P_INPUTS:
+                path.replace(params / path.name)
+    for pass_name in ("us", "pr"):
+        folder = root / "phsafe" / pass_name
+        if (folder / "config.json").is_file():
+            continue
+        folder.mkdir(parents=True, exist_ok=True)
+        (folder / "config.json").write_text(json.dumps(local_phsafe_config(pass_name), indent=2))
+        shutil.rmtree(folder / "input", ignore_errors=True)
+        args = ["--config", str(folder / "config.json"), "--output", str(folder / "input")]
+        _checked(main(["synth", "phsafe", *args, *seed]))
+        (folder / "input" / "config.json").unlink(missing_ok=True)
+    swap_input = root / "swap" / "input"
+    if not swap_input.is_dir():
+        shutil.copytree(root / "phsafe" / "us" / "input", swap_input)
+
+
+def local_phsafe_config(pass_name: str) -> dict:
+    """The demo PHSafe config for a pass: the US as shipped; Puerto Rico its state only (no
+    nation level, so the ``usa_*`` budgets are 0), as the 2020 production PR config."""
+    from das.cli.synth import DEFAULT_PHSAFE_CONFIG
+
+    config = json.loads(Path(DEFAULT_PHSAFE_CONFIG).read_text())
+    if pass_name == "pr":
+        config["state_filter"] = ["72"]
+        for budgets in config["privacy_budget"].values():
+            for key in budgets:
+                if key.startswith("usa_"):
+                    budgets[key] = 0.0
+    return config
+
+
+class LocalInputsFailed(RuntimeError):
+    """A `das synth` step of the local profile failed (it printed why)."""
+
+
+def _checked(code: int) -> None:
+    if code != 0:
+        raise LocalInputsFailed(f"preparing the local inputs failed (exit {code})")
+
+
+def deploy_command(args: argparse.Namespace) -> int:
+    if not os.environ.get("PREFECT_API_URL"):
+        print(
+            "das deploy: error: PREFECT_API_URL is not set (the server to register with, e.g. "
+            "http://127.0.0.1:4200/api after `prefect server start`)",
+            file=sys.stderr,
+        )
+        return EXIT_USAGE
+    checkout = args.checkout.resolve() if args.checkout else checkout_root()
+    if checkout is None or not (checkout / PREFECT_FILE).is_file():
+        print(f"das deploy: error: no {PREFECT_FILE} here or in --checkout", file=sys.stderr)
+        return EXIT_USAGE
+    values: dict[str, Path | None] = {
+        "das_checkout": args.checkout,
+        "das_root": args.root,
+        "das_ledger_dir": args.ledger,
+    }
+    if args.local:
+        root = (args.root or checkout / LOCAL_ROOT).resolve()
+        values = {
+            "das_checkout": checkout,
+            "das_root": root,
+            "das_ledger_dir": (args.ledger or root / "ledger").resolve(),
+        }
+        print(f"das deploy: local profile, inputs and outputs under {root}", flush=True)
+        try:
+            prepare_local_inputs(root)
+        except LocalInputsFailed as exc:
+            print(f"das deploy: error: {exc}", file=sys.stderr)
+            return EXIT_FAILED
+    for name, value in values.items():
+        if value is not None:
+            if set_variable(name, str(Path(value).resolve())) != 0:
+                print(f"das deploy: error: could not set variable {name}", file=sys.stderr)
+                return EXIT_FAILED
+        elif not variable_exists(name):
+            print(
+                f"das deploy: error: Prefect variable {name} ({VARIABLES[name]}) is not set: "
+                f"pass --{name.removeprefix('das_').removesuffix('_dir')} DIR, or --local",
+                file=sys.stderr,
+            )
+            return EXIT_USAGE
+    if prefect("work-pool", "inspect", WORK_POOL, quiet=True) != 0:
+        code = prefect("work-pool", "create", WORK_POOL, "--type", "process")
+        if code != 0:
+            return EXIT_FAILED
+    code = prefect("deploy", "--prefect-file", str(PREFECT_FILE), "--all", cwd=checkout)
+    if code != 0:
+        return EXIT_FAILED
+    print(
+        f"das deploy: deployments registered in pool {WORK_POOL}; start a worker from the "
+        f"checkout with: .venv/bin/prefect worker start --pool {WORK_POOL}"
+    )
+    return EXIT_OK
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    """`das deploy ...` alone (the full `das` parser registers this module the same way)."""
+    parser = argparse.ArgumentParser(prog="das")
+    register(parser.add_subparsers(dest="command", required=True))
+    args = parser.parse_args(argv)
+    return int(args.handler(args) or 0)

@@ -1,0 +1,119 @@
+"""The Prefect UI of the e2e server in headless Chromium (Debian's ``chromium`` driven by
+Playwright; no browser download): the operator finds the release's flow run, its artifacts
+and the link to the validation report. Screenshots go to ``docs/screenshots/prefect/`` (or
+``$DAS_SCREENSHOTS``) for a person to look at.
+
+Run with ``pytest -m e2e`` (``.ci/e2e-prefect``), after the e2e runs of the same session.
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+from prefect_stack import REPO, PrefectStack
+
+pytestmark = [pytest.mark.e2e, pytest.mark.slow]
+
+CHROMIUM = Path("/usr/bin/chromium")
+CHROMIUM_ARGS = [
+    "--no-sandbox",
+    "--disable-gpu",
+    "--disable-background-networking",
+    "--disable-component-update",
+    "--no-first-run",
+    # Hermetic: every host name but the local server fails to resolve.
+    "--host-resolver-rules=MAP * ~NOTFOUND, EXCLUDE 127.0.0.1",
+]
+VIEWPORT = {"width": 1600, "height": 1000}
+# The UI scrolls inside its main panel, not the page: a tall window shows a whole artifact.
+TALL = {"width": 1600, "height": 2400}
+
+
+@pytest.fixture(scope="module")
+def screenshots() -> Path:
+    folder = Path(os.environ.get("DAS_SCREENSHOTS", REPO / "docs" / "screenshots" / "prefect"))
+    folder.mkdir(parents=True, exist_ok=True)
+    return folder
+
+
+@pytest.fixture(scope="module")
+def browser() -> Iterator:
+    if not CHROMIUM.is_file():
+        pytest.skip("Debian's chromium is not installed (apt-get install -y chromium)")
+    from playwright.sync_api import sync_playwright
+
+    with sync_playwright() as playwright:
+        browser = playwright.chromium.launch(
+            executable_path=str(CHROMIUM), headless=True, args=CHROMIUM_ARGS
+        )
+        yield browser
+        browser.close()
+
+
+@pytest.fixture
+def page(browser):
+    context = browser.new_context(viewport=VIEWPORT)
+    page = context.new_page()
+    yield page
+    context.close()
+
+
+def _open(page, url: str, text: str) -> None:
+    """Go to ``url`` and wait until ``text`` shows (the UI renders after its API calls)."""
+    page.goto(url, wait_until="domcontentloaded")
+    page.get_by_text(text, exact=False).first.wait_for(timeout=60_000)
+    page.wait_for_load_state("networkidle")
+
+
+def test_operator_finds_the_run_its_artifacts_and_the_report(
+    prefect_stack: PrefectStack, first_runs: dict[str, str], page, screenshots: Path
+) -> None:
+    stack = prefect_stack
+    release = stack.flow_run(first_runs["safetab-p/safetab-p-us-pr"])
+
+    _open(page, f"{stack.ui_url}/runs", release["name"])
+    page.screenshot(path=screenshots / "01-runs.png")
+
+    _open(page, f"{stack.ui_url}/runs/flow-run/{release['id']}", release["name"])
+    page.screenshot(path=screenshots / "02-safetab-p-flow-run.png")
+    page.get_by_text("Artifacts", exact=True).first.click()
+    page.get_by_text("safetab-p-audit").first.wait_for(timeout=30_000)
+    page.screenshot(path=screenshots / "03-safetab-p-artifacts.png")
+
+    artifacts = {a["key"]: a for a in stack.artifacts(release["id"]) if a.get("key")}
+    shots = {
+        "safetab-p-audit": "04-safetab-p-audit.png",
+        "safetab-p-privacy-totals": "05-safetab-p-privacy-totals.png",
+        "safetab-p-privacy-us": "06-safetab-p-privacy-us.png",
+    }
+    page.set_viewport_size(TALL)
+    for key, name in shots.items():
+        _open(page, f"{stack.ui_url}/artifacts/artifact/{artifacts[key]['id']}", key)
+        page.screenshot(path=screenshots / name)
+
+    phsafe = stack.flow_run(first_runs["phsafe/phsafe-us"])
+    ph_artifacts = {a["key"]: a for a in stack.artifacts(phsafe["id"]) if a.get("key")}
+    for key, name in {
+        "phsafe-privacy-us": "07-phsafe-privacy-us.png",
+        "phsafe-audit": "08-phsafe-audit.png",
+    }.items():
+        _open(page, f"{stack.ui_url}/artifacts/artifact/{ph_artifacts[key]['id']}", key)
+        page.screenshot(path=screenshots / name)
+
+    page.set_viewport_size(VIEWPORT)
+    validation = stack.flow_run(first_runs["validate/validate-safetab-p"])
+    summary = next(
+        a for a in stack.artifacts(validation["id"]) if a["key"] == "validation-safetab-p-us-pr"
+    )
+    _open(page, f"{stack.ui_url}/artifacts/artifact/{summary['id']}", "Validation report")
+    page.screenshot(path=screenshots / "09-validation-links.png")
+    report = page.locator("a[href$='report.html']").first
+    assert (
+        report.get_attribute("href")
+        == (stack.root / "validation" / "safetab-p" / "report.html").as_uri()
+    )
+    data_docs = page.locator("a[href$='data_docs/index.html']").first
+    assert data_docs.count() == 1

@@ -1,0 +1,57 @@
+"""flows.runner.EagerDaskTaskRunner: the cluster starts with the flow run, not at the first task."""
+
+from __future__ import annotations
+
+import pytest
+
+from flows.runner import EagerDaskTaskRunner, task_runner_from_env
+
+pytestmark = pytest.mark.usefixtures("prefect_server")
+
+IN_PROCESS = {"n_workers": 1, "threads_per_worker": 1, "processes": False}
+
+
+def test_cluster_is_started_when_the_runner_is_entered() -> None:
+    with EagerDaskTaskRunner(cluster_kwargs=IN_PROCESS) as runner:
+        runner._starting.join(timeout=120)
+        assert runner._client is not None  # before any task was submitted
+        assert runner.client.run_on_scheduler(lambda: 42) == 42
+    assert runner._starting is None
+
+
+def test_flow_tasks_run_on_the_eagerly_started_cluster() -> None:
+    from prefect import flow, task
+
+    @task
+    def double(x: int) -> int:
+        return 2 * x
+
+    @flow(task_runner=EagerDaskTaskRunner(cluster_kwargs=IN_PROCESS))
+    def doubled() -> list[int]:
+        return [f.result() for f in [double.submit(i) for i in range(3)]]
+
+    assert doubled() == [0, 2, 4]
+
+
+def test_a_failed_start_is_raised_by_the_first_task() -> None:
+    from prefect import flow, task
+
+    @task
+    def one() -> int:
+        return 1
+
+    broken = EagerDaskTaskRunner(address="tcp://127.0.0.1:1", client_kwargs={"timeout": "2s"})
+
+    @flow(task_runner=broken)
+    def uses_it() -> int:
+        return one.submit().result()
+
+    with pytest.raises(OSError):
+        uses_it()
+
+
+def test_environment_chooses_the_eager_runner(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.delenv("DAS_TASK_RUNNER", raising=False)
+    monkeypatch.setenv("DAS_DASK_ADDRESS", "tcp://127.0.0.1:8786")
+    runner = task_runner_from_env()
+    assert isinstance(runner, EagerDaskTaskRunner) and runner.address == "tcp://127.0.0.1:8786"
