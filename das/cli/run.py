@@ -22,6 +22,7 @@ import contextlib
 import logging
 import sys
 from collections.abc import Iterator, Sequence
+from pathlib import Path
 from typing import Any
 
 from das.cli.arguments import resolved_path
