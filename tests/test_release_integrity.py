@@ -390,3 +390,20 @@ def test_the_prefect_server_sees_no_record_counts(tmp_path: Path) -> None:
     assert "read" not in " ".join(log.message for log in logs if "persons" in log.message)
     local = RunFolder(out, flow_run_id).log_path.read_text()
     assert f"read {counts['persons.csv']} persons" in local  # the curator's log has them
+
+
+def test_an_output_template_gives_each_run_its_own_release_folder(
+    tmp_path: Path, capfd
+) -> None:
+    """Deployments publish into releases/{run_id}: a new folder per run, the same on resume."""
+    config, data = _params(tmp_path), _data(tmp_path)
+    template = tmp_path / "releases" / "{run_id}"
+    assert _run(config, data, template, "--seed", "1", "--run-id", "r1") == 0
+    assert (tmp_path / "releases" / "r1" / "MANIFEST.json").is_file()
+    assert "release in " + str(tmp_path / "releases" / "r1") in capfd.readouterr().out
+    assert _run(config, data, template, "--seed", "1", "--run-id", "r1") == 0  # resumes r1
+    # one release, its run state, and the ledger shared by every run of the template
+    names = sorted(p.name for p in (tmp_path / "releases").iterdir())
+    assert names == [".das-ledger", "r1", "r1.das"]
+    assert _run(config, data, tmp_path / "releases" / "{runid}", "--seed", "1") == 2
+    assert "the only placeholder allowed is {run_id}" in capfd.readouterr().err
