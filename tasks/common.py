@@ -100,10 +100,28 @@ def ledger_table(accountant: PrivacyAccountant) -> list[dict[str, Any]]:
     return rows
 
 
+TOTAL_LABELS = {
+    "rho": "ρ (zCDP, add/remove one person)",
+    "bounded_rho": "ρ, bounded (change one person: 2ρ)",
+    "rho_exact": "ρ, exact",
+    "bounded_rho_exact": "bounded ρ, exact",
+    "epsilon": "ε (pure DP, add/remove one person)",
+    "bounded_epsilon": "ε, bounded (change one person: 2ε)",
+    "epsilon_exact": "ε, exact",
+    "bounded_epsilon_exact": "bounded ε, exact",
+    "delta": "δ",
+    "epsilon_analytic": "ε at δ: ρ + 2√(ρ ln 1/δ)",
+    "epsilon_optimal": "ε at δ: optimal Rényi conversion",
+    "epsilon_optimal_grid": "ε at δ: optimal, integer-order grid",
+    "epsilon_rdp": "ε at δ: exact Rényi divergence",
+}
+
+
 def totals_markdown(
     title: str, accountants: Mapping[str, PrivacyAccountant], delta: float
 ) -> str:
-    """Markdown summary of each pass's totals: unbounded, bounded and (ε, δ)."""
+    """Markdown summary of each pass's totals: unbounded, bounded and (ε, δ), labelled for a
+    reader (the audit and ``das budget report --json`` keep the keys)."""
     lines = [f"# {md_escape(title)}", "", f"(ε, δ) conversions at δ = {delta:g}.", ""]
     for name, accountant in accountants.items():
         summary = summarize(accountant, delta).to_dict()
@@ -114,8 +132,8 @@ def totals_markdown(
         for key, value in summary.items():
             if key == "privacy_defn":
                 continue
-            shown = "∞" if value is None else value
-            lines.append(f"| {md_escape(key)} | {shown} |")
+            shown = "∞" if value is None else _shown(value)
+            lines.append(f"| {md_escape(TOTAL_LABELS.get(key, key))} | {md_escape(shown)} |")
         lines.append(f"| measurements | {len(accountant)} |")
         lines.append("")
     return "\n".join(lines)

@@ -202,7 +202,7 @@ def test_seeded_demo_run_writes_tables_estimates_audit_and_artifacts(
 
     table = artifacts("phsafe-privacy-us")
     assert table and "MOE 90%" in table[0].data and "[SEEDED]" in table[0].description
-    assert "bounded_rho" in artifacts("phsafe-privacy-totals")[0].data
+    assert "ρ, bounded (change one person: 2ρ)" in artifacts("phsafe-privacy-totals")[0].data
     assert "run demo-1: succeeded" in artifacts("phsafe-audit")[0].data
 
 

@@ -130,7 +130,7 @@ def test_seeded_run_writes_tables_audit_and_artifacts(
     assert manifest["files"]["audit.json"]["sha256"] == file_sha256(out / "audit.json")
     table = artifacts("safetab-p-privacy-us")
     assert table and "MOE 95%" in table[0].data and "[SEEDED]" in table[0].description
-    assert "bounded_rho" in artifacts("safetab-p-privacy-totals")[0].data
+    assert "ρ, bounded (change one person: 2ρ)" in artifacts("safetab-p-privacy-totals")[0].data
     summary = artifacts("safetab-p-audit")[0].data
     assert "seeded-1: succeeded" in summary and "SEEDED" in summary
     assert file_sha256(config) in summary  # the config hash, shown to the reviewer

@@ -208,8 +208,7 @@ def _validation_line(validation: Mapping[str, Any] | None) -> str:
     failed = ", ".join(validation.get("failed_checks") or []) or "none"
     return (
         f"{verdict}: {validation.get('errors')} error(s), {validation.get('warnings')} "
-        f"warning(s), {validation.get('checks_run')} checks; failed: {failed}; report: "
-        f"{validation.get('report_dir')}"
+        f"warning(s), {validation.get('checks_run')} checks; failed: {failed}"
     )
 
 
@@ -250,6 +249,11 @@ def audit_markdown(audit: Mapping[str, Any], banner: str = "") -> str:
         ("duration (s)", audit.get("seconds")),
     ]  # fmt: skip
     lines += _table(("field", "value"), summary)
+    report = (audit.get("validation") or {}).get("report_dir")
+    if report:
+        # Its own line, not a table cell: a long path wraps here, and it is on the curator's
+        # machine (the UI cannot open it).
+        lines += [f"Validation report (on the curator's machine): {md_escape(report)}", ""]
     ledger = audit.get("privacy_ledger") or {}
     if ledger.get("passes"):
         lines += ["## Privacy ledger of this dataset", ""]
