@@ -113,8 +113,25 @@ def apply_coterminous(
     ``members`` lists the key-set groups (REGION_TYPE, REGION_ID, ITERATION_CODE) of entities in
     ``sets`` (before suppression): only these receive copies.
     """
-    if sets.empty or members.empty:
+    mapping = coterminous_mapping(t1, members, sets)
+    if mapping.empty:
         return t1, t2
+    return _replace(t1, mapping), _replace(t2, mapping)
+
+
+def coterminous_mapping(
+    t1: pd.DataFrame, members: pd.DataFrame, sets: pd.DataFrame
+) -> pd.DataFrame:
+    """Algorithm 4's copies: (DONOR_TYPE, DONOR_ID, ITERATION_CODE, REGION_TYPE, REGION_ID).
+
+    One row per target group; only the T1 rows of coterminous members matter, so ``t1`` may
+    be just those rows (the streamed engine passes only them).
+    """
+    empty = pd.DataFrame(
+        columns=["DONOR_TYPE", "DONOR_ID", "ITERATION_CODE", "REGION_TYPE", "REGION_ID"]
+    )
+    if sets.empty or members.empty:
+        return empty
     tagged = members.merge(sets, on=["REGION_TYPE", "REGION_ID"])
     present = t1[_GROUP].merge(sets, on=["REGION_TYPE", "REGION_ID"])
     donors = (
@@ -129,16 +146,25 @@ def apply_coterminous(
         | (targets["REGION_ID"] != targets["DONOR_ID"])
     ]
     if targets.empty:
-        return t1, t2
-    mapping = targets[["DONOR_TYPE", "DONOR_ID", "ITERATION_CODE", "REGION_TYPE", "REGION_ID"]]
-    return _replace(t1, mapping), _replace(t2, mapping)
+        return empty
+    return targets[["DONOR_TYPE", "DONOR_ID", "ITERATION_CODE", "REGION_TYPE", "REGION_ID"]]
 
 
 def _replace(table: pd.DataFrame, mapping: pd.DataFrame) -> pd.DataFrame:
     """Drop the targets' rows, then append the donors' rows relabelled as the targets."""
-    columns = list(table.columns)
+    kept = table.loc[~target_rows(table, mapping)]
+    return pd.concat([kept, donor_copies(table, mapping)], ignore_index=True)
+
+
+def target_rows(table: pd.DataFrame, mapping: pd.DataFrame) -> np.ndarray:
+    """Mask of the rows of ``table`` that belong to a target group of ``mapping``."""
     marked = table.merge(mapping[_GROUP].assign(_TARGET=True), on=_GROUP, how="left", sort=False)
-    kept = table.loc[marked["_TARGET"].isna().to_numpy()]
+    return marked["_TARGET"].notna().to_numpy()
+
+
+def donor_copies(table: pd.DataFrame, mapping: pd.DataFrame) -> pd.DataFrame:
+    """The donors' rows of ``table`` relabelled as their targets, in ``table``'s row order."""
+    columns = list(table.columns)
     donor_rows = table.merge(
         mapping.rename(columns={"REGION_TYPE": "_T", "REGION_ID": "_I"}).rename(
             columns={"DONOR_TYPE": "REGION_TYPE", "DONOR_ID": "REGION_ID"}
@@ -148,7 +174,7 @@ def _replace(table: pd.DataFrame, mapping: pd.DataFrame) -> pd.DataFrame:
     copies = donor_rows.drop(columns=["REGION_TYPE", "REGION_ID"]).rename(
         columns={"_T": "REGION_TYPE", "_I": "REGION_ID"}
     )
-    return pd.concat([kept, copies[columns]], ignore_index=True)
+    return copies[columns]
 
 
 # ---------------------------------------------------------------------------- spec file
