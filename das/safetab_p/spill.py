@@ -78,13 +78,16 @@ class CombinationCodec:
         self._value = values.astype(np.uint64)
 
     def _values(self, codes: np.ndarray) -> np.ndarray:
-        codes = np.asarray(codes, dtype=np.int64)
-        inside = (codes >= 0) & (codes <= _MAX_CODE)
-        return np.where(inside, self._value[np.clip(codes, 0, _MAX_CODE)], self.n_codes + 1)
+        codes = np.asarray(codes)
+        if codes.size and (codes.min() < 0 or codes.max() > _MAX_CODE):  # not from the reader
+            inside = (codes >= 0) & (codes <= _MAX_CODE)
+            clipped = np.clip(codes, 0, _MAX_CODE).astype(np.intp)
+            return np.where(inside, self._value[clipped], np.uint64(self.n_codes + 1))
+        return self._value[codes.astype(np.intp)]
 
     def pack(self, race_codes: np.ndarray, qspan: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
         """(lo, hi) of each record; ``race_codes`` (n, 8) with 0 for Null, ``qspan`` (n,)."""
-        race = np.sort(self._values(race_codes).astype(np.uint64), axis=1)
+        race = np.sort(self._values(race_codes), axis=1)
         fields = [*(race[:, k] for k in range(race.shape[1])), self._values(qspan)]
         lo = np.zeros(len(qspan), dtype=np.uint64)
         hi = np.zeros(len(qspan), dtype=np.uint64)

@@ -257,45 +257,88 @@ def _pieces(work: WorkFolder, state: int, codec: CombinationCodec) -> Iterator[_
 # ---------------------------------------------------------------------------- true totals
 
 
+def _expand(incidence: sp.csr_matrix, combination: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """(record, column) pairs: each record repeated once per iteration of its combination."""
+    starts = incidence.indptr[combination].astype(np.int64)
+    lengths = incidence.indptr[combination + 1].astype(np.int64) - starts
+    total = int(lengths.sum())
+    records = np.repeat(np.arange(combination.size, dtype=np.int64), lengths)
+    offsets = np.repeat(starts - (np.cumsum(lengths) - lengths), lengths)
+    columns = incidence.indices[offsets + np.arange(total, dtype=np.int64)].astype(np.int64)
+    return records, columns
+
+
+def _dense_ids(values: np.ndarray, bound: int) -> tuple[np.ndarray, np.ndarray]:
+    """(distinct values ascending, index of each value among them) for values in [0, bound)."""
+    present = np.zeros(bound, dtype=bool)
+    present[values] = True
+    distinct = np.flatnonzero(present)
+    index = np.full(bound, -1, dtype=np.int64)
+    index[distinct] = np.arange(distinct.size)
+    return distinct, index[values]
+
+
+def _local_entities(
+    space: LevelSpace, geography: PassGeography, state: int, reached: np.ndarray
+) -> tuple[np.ndarray, int]:
+    """(local entity of each of the state's geounits, first geounit); entities outside
+    ``reached`` (or none) map to ``reached.size``, a dummy row dropped at the end."""
+    first, last = geography.state_geounits(state)
+    entity = geography.geounit_entity[space.geography][first:last]
+    local = np.full(entity.size, reached.size, dtype=np.int64)
+    inside = entity >= 0
+    position = np.searchsorted(reached, entity[inside])
+    hit = position < reached.size
+    hit[hit] = reached[position[hit]] == entity[inside][hit]
+    local[np.flatnonzero(inside)[hit]] = position[hit]
+    return local, first
+
+
 def count_state_totals(
     config: SafeTabPConfig, specs: RaceEthnicitySpecs, work: WorkFolder, state: int
 ) -> None:
     """True totals of every group a state's records reach, at every tabulated level.
 
     Writes ``levels/<level>/parts/total-SS.npy`` ((entities reached × iterations) int64) and
-    ``entities-SS.npy`` (which entities) for each level of the state's pass.
+    ``entities-SS.npy`` (which entities) for each level of the state's pass. Per piece of
+    records and per (iteration level, geography filter): each record is expanded to its
+    combination's iterations once, then counted into every level of that filter by
+    ``bincount`` over (entity · iterations + iteration).
     """
     geography = load_geography(work, pass_of_state(state))
     if geography is None:
         return
     spaces = level_spaces(config, specs, geography)
     codec = CombinationCodec(specs)
-    ranges = {space.partition: _state_range(space, geography, state) for space in spaces}
-    blocks = {
-        space.partition: np.zeros((ranges[space.partition][2].size, space.n_columns), np.int64)
+    reached = {space.partition: _state_range(space, geography, state)[2] for space in spaces}
+    local = {
+        space.partition: _local_entities(space, geography, state, reached[space.partition])
         for space in spaces
     }
+    blocks = {  # one dummy entity row at the end for records outside every entity
+        space.partition: np.zeros((reached[space.partition].size + 1) * space.n_columns, np.int64)
+        for space in spaces
+    }
+    keys = list(dict.fromkeys(space.key for space in spaces))
     for piece in _pieces(work, state, codec):
-        incidences: dict[tuple[int, bool], sp.csr_matrix] = {}
-        for space in spaces:
-            if space.key not in incidences:
-                incidences[space.key] = position_incidence(
-                    specs, piece.positions, piece.qspan_positions, space.iterations
-                )
-            reached = ranges[space.partition][2]
-            entity = geography.geounit_entity[space.geography][piece.geounit]
-            inside = entity >= 0
-            local = np.searchsorted(reached, entity[inside])
-            counts = sp.csr_matrix(
-                (np.ones(local.size, dtype=np.int64), (local, piece.combination[inside])),
-                shape=(reached.size, piece.n_combinations),
+        for key in keys:
+            same_key = [space for space in spaces if space.key == key]
+            incidence = position_incidence(
+                specs, piece.positions, piece.qspan_positions, same_key[0].iterations
             )
-            blocks[space.partition] += (counts @ incidences[space.key]).toarray()
+            records, columns = _expand(incidence, piece.combination)
+            for space in same_key:
+                geounit_local, first = local[space.partition]
+                record_entity = geounit_local[piece.geounit - first]
+                group = record_entity[records] * space.n_columns + columns
+                block = blocks[space.partition]
+                block += np.bincount(group, minlength=block.size)
+            del records, columns
     for space in spaces:
         folder = _parts(work, space)
         folder.mkdir(parents=True, exist_ok=True)
-        np.save(folder / f"total-{state:02d}.npy", blocks[space.partition].ravel())
-        np.save(folder / f"entities-{state:02d}.npy", ranges[space.partition][2])
+        np.save(folder / f"total-{state:02d}.npy", blocks[space.partition][: -space.n_columns])
+        np.save(folder / f"entities-{state:02d}.npy", reached[space.partition])
 
 
 def _part_states(folder: Path, kind: str) -> list[int]:
@@ -453,6 +496,19 @@ def _space(
 # ---------------------------------------------------------------------------- true cells
 
 
+@dataclass
+class _BrokenGroups:
+    """The groups with a breakdown of one level that a state's records reach."""
+
+    space: LevelSpace
+    n_local: int  # entities of the state's range; local index n_local = "none of them"
+    entity: np.ndarray  # local entity of each group
+    column: np.ndarray  # its iteration column
+    geounit_local: np.ndarray  # per geounit of the state: its local entity if it has such
+    first_geounit: int  # a group, else n_local
+    cells: np.ndarray  # 46 per group, accumulated
+
+
 def count_state_cells(
     config: SafeTabPConfig, specs: RaceEthnicitySpecs, work: WorkFolder, state: int
 ) -> None:
@@ -460,14 +516,16 @@ def count_state_cells(
 
     Writes ``levels/<level>/parts/cells-SS.npy``: 46 values per group with a breakdown, in
     group order (contained levels: the state's groups; USA and AIANNH: every such group of
-    the level, this state's share). Only those groups' records and iterations are expanded.
+    the level, this state's share). Only the records of entities holding such a group are
+    expanded, and only to the iterations that have one (once per iteration level and
+    geography filter).
     """
     geography = load_geography(work, pass_of_state(state))
     if geography is None:
         return
     spaces = level_spaces(config, specs, geography)
     codec = CombinationCodec(specs)
-    wanted = []
+    levels: list[_BrokenGroups] = []
     for space in spaces:
         start, stop, _ = _state_range(space, geography, state)
         workload = read_npy_range(
@@ -476,44 +534,66 @@ def count_state_cells(
             stop * space.n_columns,
         )
         broken = np.flatnonzero(workload >= 1)
-        entity, column = broken // space.n_columns, broken % space.n_columns
-        columns, column_index = np.unique(column, return_inverse=True)
-        has_broken = np.zeros(stop - start, dtype=bool)
+        entity = broken // space.n_columns
+        n_local = stop - start
+        has_broken = np.zeros(n_local + 1, dtype=bool)
         has_broken[entity] = True
-        subset = IterationFilter(
-            index=space.iterations.index[columns],
-            total_only=space.iterations.total_only[columns],
+        geounit_local, first = _local_entities(
+            space, geography, state, np.arange(start, stop, dtype=np.int64)
         )
-        cells = np.zeros((broken.size, N_SEXAGE), dtype=np.int64)
-        wanted.append((space, start, stop, entity, column_index.ravel(), has_broken, subset, cells))
-    if any(item[3].size for item in wanted):
+        levels.append(
+            _BrokenGroups(
+                space=space,
+                n_local=n_local,
+                entity=entity,
+                column=broken % space.n_columns,
+                geounit_local=np.where(has_broken[geounit_local], geounit_local, n_local),
+                first_geounit=first,
+                cells=np.zeros(broken.size * N_SEXAGE, dtype=np.int64),
+            )
+        )
+    keys = list(dict.fromkeys(level.space.key for level in levels if level.entity.size))
+    if keys:
         for piece in _pieces(work, state, codec):
-            for space, start, stop, entity, column_index, has_broken, subset, cells in wanted:
-                if entity.size == 0:
-                    continue
-                record_entity = geography.geounit_entity[space.geography][piece.geounit] - start
-                inside = (record_entity >= 0) & (record_entity < stop - start)
-                inside[inside] = has_broken[record_entity[inside]]
-                if not inside.any():
-                    continue
-                combos, combo_local = np.unique(piece.combination[inside], return_inverse=True)
-                incidence = position_incidence(
-                    specs, piece.positions[combos], piece.qspan_positions[combos], subset
-                )
-                rows = record_entity[inside] * N_SEXAGE + piece.sexage[inside]
-                counts = sp.csr_matrix(
-                    (np.ones(rows.size, dtype=np.int64), (rows, combo_local.ravel())),
-                    shape=((stop - start) * N_SEXAGE, combos.size),
-                )
-                product = (counts @ incidence).tocsr()
-                wanted_rows = (entity[:, None] * N_SEXAGE + np.arange(N_SEXAGE)).ravel()
-                wanted_columns = np.repeat(column_index, N_SEXAGE)
-                values = np.asarray(product[wanted_rows, wanted_columns]).ravel()
-                cells += values.reshape(-1, N_SEXAGE).astype(np.int64)
-    for space, *_, cells in wanted:
-        folder = _parts(work, space)
+            for key in keys:
+                _count_cells_of_key(specs, piece, [lv for lv in levels if lv.space.key == key])
+    for level in levels:
+        folder = _parts(work, level.space)
         folder.mkdir(parents=True, exist_ok=True)
-        np.save(folder / f"cells-{state:02d}.npy", cells.ravel())
+        np.save(folder / f"cells-{state:02d}.npy", level.cells)
+
+
+def _count_cells_of_key(
+    specs: RaceEthnicitySpecs, piece: _Piece, levels: list[_BrokenGroups]
+) -> None:
+    """One piece, the levels of one (iteration level, filter): expand once, count per level."""
+    record_local = [lv.geounit_local[piece.geounit - lv.first_geounit] for lv in levels]
+    in_some = np.zeros(piece.geounit.size, dtype=bool)
+    for level, local in zip(levels, record_local, strict=True):
+        in_some |= local < level.n_local
+    selected = np.flatnonzero(in_some)
+    if selected.size == 0:
+        return
+    columns = np.unique(np.concatenate([level.column for level in levels]))
+    space = levels[0].space
+    subset = IterationFilter(
+        index=space.iterations.index[columns], total_only=space.iterations.total_only[columns]
+    )
+    combos, combo_local = _dense_ids(piece.combination[selected], piece.n_combinations)
+    incidence = position_incidence(
+        specs, piece.positions[combos], piece.qspan_positions[combos], subset
+    )
+    records, sub_columns = _expand(incidence, combo_local)
+    sexage = piece.sexage[selected][records]
+    for level, local in zip(levels, record_local, strict=True):
+        lookup = np.full((level.n_local + 1) * columns.size, -1, dtype=np.int64)
+        position = np.searchsorted(columns, level.column)
+        lookup[level.entity * columns.size + position] = np.arange(level.entity.size)
+        group = lookup[local[selected][records] * columns.size + sub_columns]
+        keep = group >= 0
+        level.cells += np.bincount(
+            group[keep] * N_SEXAGE + sexage[keep], minlength=level.cells.size
+        )
 
 
 def combine_cells(config: SafeTabPConfig, specs: RaceEthnicitySpecs, work: WorkFolder) -> None:
