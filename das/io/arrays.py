@@ -21,6 +21,7 @@ import io
 import os
 from collections.abc import Iterable, Mapping
 from pathlib import Path
+from typing import BinaryIO
 
 import numpy as np
 
@@ -141,6 +142,10 @@ class RawColumns:
             with self.path(name).open("ab") as handle:
                 handle.write(memoryview(data).cast("B"))
 
+    def appender(self) -> RawAppender:
+        """Keep the column files open while many blocks are appended (see :class:`RawAppender`)."""
+        return RawAppender(self)
+
     def rows(self) -> int:
         name, dtype = next(iter(self.dtypes.items()))
         path = self.path(name)
@@ -166,3 +171,31 @@ class RawColumns:
             path = self.path(name)
             if path.exists():
                 os.remove(path)
+
+
+class RawAppender:
+    """Appends blocks to a :class:`RawColumns` through open file handles (a context manager):
+    for spills written in many small blocks, without an open/close per block."""
+
+    def __init__(self, columns: RawColumns) -> None:
+        self.columns = columns
+        self._handles: dict[str, BinaryIO] = {}
+
+    def __enter__(self) -> RawAppender:
+        self.columns.folder.mkdir(parents=True, exist_ok=True)
+        for name in self.columns.dtypes:
+            self._handles[name] = self.columns.path(name).open("ab")
+        return self
+
+    def append(self, values: Mapping[str, np.ndarray]) -> None:
+        if set(values) != set(self.columns.dtypes):
+            expected = sorted(self.columns.dtypes)
+            raise ValueError(f"{self.columns.folder}: expected columns {expected}")
+        for name, handle in self._handles.items():
+            data = np.ascontiguousarray(values[name], dtype=self.columns.dtypes[name])
+            handle.write(memoryview(data).cast("B"))
+
+    def __exit__(self, *exc: object) -> None:
+        for handle in self._handles.values():
+            handle.close()
+        self._handles.clear()
