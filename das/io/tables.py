@@ -131,6 +131,14 @@ def is_parquet(path: str | Path) -> bool:
     return Path(path).suffix.lower() == ".parquet"
 
 
+def estimated_rows(path: str | Path, spec: TableSpec) -> int:
+    """Rows of an input, to size work: exact for Parquet (metadata), from the size for text
+    (canonical row width), so an estimate only."""
+    if is_parquet(path):
+        return int(pq.ParquetFile(path).metadata.num_rows)
+    return Path(path).stat().st_size // max(spec.text_row_bytes, 1)
+
+
 def read_header(path: str | Path, spec: TableSpec) -> list[str]:
     """A file's column names (text: first line, UTF-8, optional BOM; Parquet: schema)."""
     path = Path(path)

@@ -37,12 +37,11 @@ from typing import Any
 
 import numpy as np
 import pandas as pd
-import pyarrow.parquet as pq
 
 from das.io.arrays import RawColumns
 from das.io.atomic import atomic_write_text
 from das.io.phsafe import PERSONS, iter_geo, iter_persons, iter_units
-from das.io.tables import DEFAULT_CHUNK_BYTES, TableSpec, is_parquet
+from das.io.tables import DEFAULT_CHUNK_BYTES, estimated_rows
 from das.phsafe.engine import (
     PERSON_COLUMNS,
     STATE,
@@ -102,13 +101,6 @@ class PHSafeWork:
 
     def buckets(self) -> int:
         return int(json.loads(self.meta.read_text())["buckets"])
-
-
-def estimated_rows(path: str | Path, spec: TableSpec) -> int:
-    """Rows of an input: exact for Parquet (metadata), from the size for text."""
-    if is_parquet(path):
-        return int(pq.ParquetFile(path).metadata.num_rows)
-    return Path(path).stat().st_size // max(spec.text_row_bytes, 1)
 
 
 @dataclass(frozen=True)
