@@ -289,6 +289,26 @@ def summed_counts(config: PHSafeConfig, work: PHSafeWork) -> dict[str, np.ndarra
     return total
 
 
+def measure_table_streamed(
+    config: PHSafeConfig,
+    work: PHSafeWork,
+    table: str,
+    rng: Any = None,
+    accountant: PrivacyAccountant | None = None,
+) -> pd.DataFrame:
+    """One table's noisy rows (every query of the table, in plan order) from the summed
+    counts: the per-table task of a flow, with the table's noise store as ``rng``."""
+    counts = summed_counts(config, work)
+    measurements = queries_by_table(plan_phsafe(config))[table]
+    return pd.concat(
+        [
+            query_rows(m, counts[safe_name(m.name)], config.state_filter, rng, accountant)
+            for m in measurements
+        ],
+        ignore_index=True,
+    )
+
+
 def measure_streamed(
     config: PHSafeConfig,
     work: PHSafeWork,
@@ -303,21 +323,12 @@ def measure_streamed(
     ``rng`` charged to ``accountant``.
     """
     plan = plan_phsafe(config)
-    counts = summed_counts(config, work)
     tables: dict[str, pd.DataFrame] = {}
-    for table, measurements in queries_by_table(plan).items():
+    for table in queries_by_table(plan):
         provider, table_accountant = (
             noise_for_table(table) if noise_for_table is not None else (rng, accountant)
         )
-        tables[table] = pd.concat(
-            [
-                query_rows(
-                    m, counts[safe_name(m.name)], config.state_filter, provider, table_accountant
-                )
-                for m in measurements
-            ],
-            ignore_index=True,
-        )
+        tables[table] = measure_table_streamed(config, work, table, provider, table_accountant)
     return PHSafeRelease(config.pass_name, add_derived_tables(tables), tuple(plan))
 
 
