@@ -18,7 +18,8 @@ counting):
    geography row's state) and append it to ``buckets/<k>/{persons,units,geo}/*.bin``.
 2. :func:`count_bucket` — the true counts of every planned query from one bucket →
    ``counts/<k>.npz``.
-3. :func:`measure_streamed` — sum the buckets' counts, draw every query's noise, return the
+3. :func:`measure_table_streamed` (one call per table) or :func:`measure_streamed` (all) —
+   sum the buckets' counts, draw every query's noise, return the rows / the
    :class:`PHSafeRelease` (tables are small: states × iterations × cells).
 
 Memory: one chunk of one input file while spilling; one bucket's records while counting

@@ -8,8 +8,9 @@ of one level's key set, everything big on disk:
 1. :func:`prepare_geography` / :func:`spill_persons` (:mod:`das.safetab_p.spill`): the GRF-C
    as integer maps, the person file as per-state spills of four integers per record.
 2. :func:`count_state_totals` (one call per state): the state's records, a few million at a
-   time, are reduced to (entity, combination) counts and multiplied by each combination's
-   iteration incidence (a sparse product): the true totals of every group of the state at
+   time, each expanded once per (iteration level, geography filter) to its combination's
+   iterations (the incidence is computed per distinct combination) and counted with
+   ``bincount`` into every level's block: the true totals of every group of the state at
    every tabulated level. :func:`combine_totals` lays the states' blocks end to end (levels
    contained in states: STATE, COUNTY, TRACT, PLACE and the PR ones) or adds them (USA,
    AIANNH) into ``true_total.npy``, one int64 per group in key-set order.
