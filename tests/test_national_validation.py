@@ -81,3 +81,17 @@ def test_collector_keeps_the_smallest_rows_of_out_of_order_adds() -> None:
     assert failure.rows == [3, 40, 41, 50, 700, 900, 1000, 1001, 1002, 1003]
     report = json.dumps(failure.to_dict())
     assert len(report) < 1_000  # small whatever the number of failing rows
+
+
+def test_buckets_without_units_are_checked(tmp_path: Path, monkeypatch) -> None:
+    """Persons and geography rows whose MAFIDs fall in a bucket no unit reaches."""
+    inputs = tmp_path / "inputs"
+    generate_phsafe(inputs, 300, 2, DEMO_CONFIG)
+    units = pd.read_csv(inputs / "units.csv", dtype=str, keep_default_na=False)
+    mafids = units["MAFID"].astype(int)
+    keep = units.loc[mafids % 2 == 0]  # odd MAFIDs: no unit in their bucket (2 buckets)
+    keep.to_csv(inputs / "units.csv", index=False)
+    report = _report(inputs, tmp_path, 1, monkeypatch)  # rows 1 → buckets by the largest file
+    assert phsafe_validation._buckets_for(inputs) > 2
+    checks = {check for _, _, check in report}
+    assert {"person_unit_exists", "geo_has_unit"} <= checks

@@ -69,7 +69,8 @@ PERSON_SPILL = {name: _dtype for name, _dtype in (
     ("RELSHIP", np.uint8),
 )}  # fmt: skip
 UNIT_SPILL = {"MAFID": np.uint32, **{name: np.uint8 for name in UNIT_COLUMNS if name != "MAFID"}}
-GEO_SPILL = {"MAFID": np.uint32, STATE: np.uint8}
+# geo keeps RTYPE: which geography rows a join may use can depend on it (group quarters)
+GEO_SPILL = {"RTYPE": np.uint8, "MAFID": np.uint32, STATE: np.uint8}
 
 # (rng or noise provider, accountant) for one table's measurements, by table name
 NoiseForTable = Callable[[str], tuple[Any, PrivacyAccountant | None]]

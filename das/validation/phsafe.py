@@ -183,7 +183,7 @@ def _person_unit_checks(
         value_columns=("MAFID",),
     )
     linked = unit >= 0
-    unit_rtype = np.where(linked, units.rtype[np.maximum(unit, 0)], -1)
+    unit_rtype = np.where(linked, units.rtype[np.maximum(unit, 0)], -1) if units.n else unit
     known = linked & np.isin(rtype, (3, 5)) & np.isin(unit_rtype, (2, 4))
     bad = known & ((rtype == 3) != (unit_rtype == 2))
     add(
@@ -531,7 +531,10 @@ def _geo_checks(
     )
     geo_rtype = geo["RTYPE"].astype(np.int64)
     linked = geo_unit >= 0
-    unit_rtype = np.where(linked, units.rtype[np.maximum(geo_unit, 0)], -1)
+    # (a bucket without units links nothing: no index into it)
+    unit_rtype = (
+        np.where(linked, units.rtype[np.maximum(geo_unit, 0)], -1) if units.n else geo_unit
+    )
     bad = linked & (geo_rtype >= 0) & (unit_rtype >= 0) & (geo_rtype != unit_rtype)
     add(
         label,
