@@ -56,15 +56,19 @@ def coterminous_sets(entities: Sequence[GeographyEntities]) -> pd.DataFrame:
     n_blocks = entities[0].block_entity.size
     weights = np.random.default_rng(20200401).integers(0, 2**63, n_blocks, dtype=np.uint64)
     offsets = np.cumsum([0, *(e.size for e in entities)])
+    # (entity, block) pairs of every level, int32 (8 M blocks × 6 levels at national size),
+    # ordered by entity then block through one int64 key (each pair is unique).
     entity_parts, block_parts = [], []
     for offset, level in zip(offsets, entities, strict=False):  # a handful of levels
         inside = np.flatnonzero(level.block_entity >= 0)
-        entity_parts.append(level.block_entity[inside] + offset)
-        block_parts.append(inside)
+        entity_parts.append((level.block_entity[inside] + offset).astype(np.int32))
+        block_parts.append(inside.astype(np.int32))
     entity = np.concatenate(entity_parts)
     block = np.concatenate(block_parts)
-    order = np.lexsort((block, entity))
+    del entity_parts, block_parts
+    order = np.argsort(entity.astype(np.int64) * max(n_blocks, 1) + block)
     entity, block = entity[order], block[order]
+    del order
     n_entities = int(offsets[-1])
     count = np.bincount(entity, minlength=n_entities)
     start = np.cumsum(count) - count
