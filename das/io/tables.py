@@ -26,7 +26,7 @@ from __future__ import annotations
 import os
 import re
 import stat
-from collections.abc import Iterator, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass
 from enum import Enum
 from pathlib import Path
@@ -155,6 +155,14 @@ def resolve_input(data_dir: str | Path, spec: TableSpec) -> Path:
 
 def is_parquet(path: str | Path) -> bool:
     return Path(path).suffix.lower() == ".parquet"
+
+
+def estimated_rows(path: str | Path, spec: TableSpec) -> int:
+    """Rows of an input, to size work: exact for Parquet (metadata), from the size for text
+    (canonical row width), so an estimate only."""
+    if is_parquet(path):
+        return int(pq.ParquetFile(path).metadata.num_rows)
+    return Path(path).stat().st_size // max(spec.text_row_bytes, 1)
 
 
 def read_header(path: str | Path, spec: TableSpec) -> list[str]:
@@ -307,9 +315,16 @@ def _as_strings(path: Path, name: str, array: pa.ChunkedArray) -> pa.ChunkedArra
 
 
 def _iter_raw_tables(
-    path: str | Path, spec: TableSpec, chunk_bytes: int
-) -> Iterator[tuple[int, pa.Table]]:
-    """(first row number, string table) per chunk of a text or Parquet file."""
+    path: str | Path,
+    spec: TableSpec,
+    chunk_bytes: int,
+    typed: Callable[[pa.Buffer, list[str]], pd.DataFrame | None] | None = None,
+) -> Iterator[tuple[int, pa.Table | pd.DataFrame]]:
+    """(first row number, string table) per chunk of a text or Parquet file.
+
+    With ``typed``, each text chunk is first offered to it (raw bytes, header); a frame it
+    returns is yielded instead of the string table (the engine form's fast path).
+    """
     path = Path(path)
     header = read_header(path, spec)
     _check_header(path, spec, header)
@@ -329,12 +344,21 @@ def _iter_raw_tables(
     with path.open("rb") as handle:
         handle.readline()
         data_start = handle.tell()
-    with pa.memory_map(str(path), "r") as mapped:
-        size = mapped.size()
+    # Plain reads, not a memory map: mapped pages of a multi-GB file would stay resident in
+    # the process (and count in its memory) until the whole file is read.
+    size = path.stat().st_size
+    with path.open("rb") as handle:
         for start, end in _chunk_bounds(path, data_start, size, chunk_bytes):
-            mapped.seek(start)
-            data = mapped.read_buffer(end - start)
+            handle.seek(start)
+            data = pa.py_buffer(handle.read(end - start))
+            frame = typed(data, header) if typed is not None else None
+            if frame is not None:
+                del data
+                yield next_row, frame
+                next_row += len(frame)
+                continue
             table = _parse_chunk(path, data, header, spec, next_row)
+            del data
             yield next_row, table
             next_row += table.num_rows
 
@@ -432,13 +456,80 @@ def _convert_table(path: Path, spec: TableSpec, table: pa.Table, first_row: int)
     return pd.DataFrame(data, copy=False)
 
 
+def _typed_chunk(spec: TableSpec, data: pa.Buffer, header: list[str]) -> pd.DataFrame | None:
+    """Fast path: Arrow's CSV reader converts the numbers itself while parsing (threaded).
+
+    Accepts a chunk only when every value converts cleanly and lies in its column's range
+    (digits only, ``Null`` only in code-or-Null columns, ``True``/``False`` only); anything
+    else returns None and the chunk goes through the string path, which says what is wrong.
+    """
+    types: dict[str, pa.DataType] = {}
+    for column in spec.columns:
+        if column.kind is Kind.BOOL:
+            types[column.name] = pa.bool_()
+        elif column.kind is Kind.TEXT:
+            return None
+        else:
+            types[column.name] = pa.int64()
+    parse = pa_csv.ParseOptions(
+        delimiter=spec.delimiter, quote_char='"' if spec.delimiter == "," else False
+    )
+    read = pa_csv.ReadOptions(column_names=header, use_threads=True, block_size=1 << 22)
+    convert = pa_csv.ConvertOptions(
+        include_columns=spec.column_names,
+        column_types=types,
+        null_values=[_NULL_TOKEN],
+        true_values=["True"],
+        false_values=["False"],
+        strings_can_be_null=False,
+        quoted_strings_can_be_null=False,
+    )
+    try:
+        table = pa_csv.read_csv(
+            pa.BufferReader(data), read_options=read, parse_options=parse, convert_options=convert
+        )
+    except (pa.ArrowInvalid, pa.ArrowNotImplementedError, ValueError):
+        return None
+    out: dict[str, np.ndarray] = {}
+    for column in spec.columns:
+        array = table.column(column.name)
+        if column.kind is Kind.CODE_OR_NULL:
+            array = pc.fill_null(array, 0)
+        elif array.null_count:
+            return None
+        values = np.asarray(array)
+        if column.kind is not Kind.BOOL and values.size:
+            low, high = int(values.min()), int(values.max())
+            lowest = 0 if column.kind is Kind.CODE_OR_NULL else column.minimum
+            if low < lowest or high > column.maximum:
+                return None
+            if column.kind is Kind.CODE_OR_NULL and column.minimum > 0 and low == 0:
+                # 0 must come from a Null, never from a written zero such as "0000"
+                written_zero = pc.fill_null(pc.equal(table.column(column.name), 0), False)
+                if pc.any(written_zero).as_py():
+                    return None
+        out[column.name] = values.astype(column.dtype)
+    return pd.DataFrame(out, copy=False)
+
+
 def iter_table(
     path: str | Path, spec: TableSpec, chunk_bytes: int = DEFAULT_CHUNK_BYTES
 ) -> Iterator[pd.DataFrame]:
-    """Yield the file in compact engine form, one frame per chunk (for files of any size)."""
+    """Yield the file in compact engine form, one frame per chunk (for files of any size).
+
+    Text chunks take the fast path (:func:`_typed_chunk`) when every value is clean, else
+    the string path; both give the same frame.
+    """
     path = Path(path)
-    for first_row, table in _iter_raw_tables(path, spec, chunk_bytes):
-        yield _convert_table(path, spec, table, first_row)
+
+    def typed(data: pa.Buffer, header: list[str]) -> pd.DataFrame | None:
+        return _typed_chunk(spec, data, header)
+
+    for first_row, table in _iter_raw_tables(path, spec, chunk_bytes, typed):
+        if isinstance(table, pd.DataFrame):
+            yield table
+        else:
+            yield _convert_table(path, spec, table, first_row)
 
 
 def read_table(

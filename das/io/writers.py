@@ -7,9 +7,11 @@ missing one) is refused with the column's name, not the value.
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
-from collections.abc import Iterable, Sequence
+from collections.abc import Iterable, Iterator, Sequence
 from pathlib import Path
+from typing import BinaryIO
 
 import numpy as np
 import pandas as pd
@@ -78,6 +80,43 @@ def write_pipe_table(
                 raise ValueError("write_pipe_table: no frames and no columns given")
             _write_header(handle, columns)
     return rows
+
+
+class PipeTableAppender:
+    """Appends frames to an open pipe table (see :func:`open_pipe_table`)."""
+
+    def __init__(self, handle: BinaryIO, path: Path, columns: Sequence[str]) -> None:
+        self._handle = handle
+        self._path = path
+        self.columns = list(columns)
+        self.rows = 0
+
+    def write(self, frame: pd.DataFrame) -> int:
+        """Append the frame's rows (its ``columns``, in that order); returns the rows added."""
+        if len(frame) == 0:
+            return 0
+        table = _arrow_batch(frame, self.columns)
+        options = pa_csv.WriteOptions(include_header=False, delimiter=PIPE, quoting_style="none")
+        try:
+            pa_csv.write_csv(table, self._handle, write_options=options)
+        except pa.ArrowInvalid:
+            raise ValueError(
+                f"write_pipe_table: {self._path}: a value contains '|', a quote or a line break"
+            ) from None
+        self.rows += table.num_rows
+        return table.num_rows
+
+
+@contextlib.contextmanager
+def open_pipe_table(path: str | Path, columns: Sequence[str]) -> Iterator[PipeTableAppender]:
+    """A pipe table written frame by frame while the rows are produced (national outputs).
+
+    The header is written first; the file appears atomically when the block ends without an
+    error. The bytes are those :func:`write_pipe_table` writes for the frames concatenated.
+    """
+    with atomic_open(path) as handle:
+        _write_header(handle, columns)
+        yield PipeTableAppender(handle, Path(path), columns)
 
 
 def _write_header(handle, columns: Sequence[str]) -> None:

@@ -31,13 +31,15 @@ USA_REGION_ID = "1"
 class TabulationInput:
     """Per-record arrays of one table: state FIPS, the iterating record's race/ethnicity, cell.
 
-    Records with cell 0 are out of the table's universe and are not counted.
+    Records with cell 0 are out of the table's universe and are not counted. ``weight``
+    (optional) makes each row stand for that many records (aggregated inputs).
     """
 
     state: np.ndarray
     race: np.ndarray
     hispanic: np.ndarray
     cell: np.ndarray
+    weight: np.ndarray | None = None
 
 
 def output_columns(shell: TableShell) -> list[str]:
@@ -98,7 +100,10 @@ def exact_counts(
     valid = (entity >= 0) & (iteration >= 0) & (cell >= 0)
     flat = (entity * n_iterations + iteration) * len(basis) + cell
     size = n_entities * n_iterations * len(basis)
-    counts = np.bincount(flat[valid], minlength=size)
+    if records.weight is None:
+        counts = np.bincount(flat[valid], minlength=size)
+    else:  # float64 sums of integers: exact below 2^53
+        counts = np.bincount(flat[valid], weights=records.weight[valid], minlength=size)
     return counts.reshape(n_entities, n_iterations, len(basis)).astype(np.int64)
 
 
@@ -114,10 +119,33 @@ def measure_query(
     The noise comes from :func:`~das.privacy.accounting.draw_noise`: charged to ``accountant``
     when given, or from a noise provider passed as ``rng`` (a rerun's stored draws).
     """
+    counts = query_counts(measurement, records, state_filter)
+    return query_rows(measurement, counts, state_filter, rng, accountant)
+
+
+def query_counts(
+    measurement: Measurement, records: TabulationInput, state_filter: tuple[str, ...]
+) -> np.ndarray:
+    """The true counts of one plan measurement's key set (see :func:`exact_counts`).
+
+    Counts add over disjoint sets of households, so a caller may count part by part."""
     shell = SHELLS[str(measurement.metadata["table"])]
     geography = PHSafeGeography(measurement.metadata["geography"])
     level = PHSafeIterationLevel(measurement.metadata["iteration_level"])
-    counts = exact_counts(shell, geography, level, records, state_filter)
+    return exact_counts(shell, geography, level, records, state_filter)
+
+
+def query_rows(
+    measurement: Measurement,
+    counts: np.ndarray,
+    state_filter: tuple[str, ...],
+    rng: RandomSource | Any = None,
+    accountant: PrivacyAccountant | None = None,
+) -> pd.DataFrame:
+    """The output rows of one measurement: its true ``counts`` plus noise drawn now."""
+    shell = SHELLS[str(measurement.metadata["table"])]
+    geography = PHSafeGeography(measurement.metadata["geography"])
+    level = PHSafeIterationLevel(measurement.metadata["iteration_level"])
     noisy = counts.ravel() + draw_noise(measurement, counts.size, rng, accountant)
     regions = region_ids(geography, state_filter)
     iterations = ITERATIONS[level]

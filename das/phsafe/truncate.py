@@ -107,16 +107,15 @@ def _digests(packed: np.ndarray, ids: np.ndarray) -> np.ndarray:
     return _digest_rows(packed, first)[inverse]
 
 
-def truncate_per_key(frame: pd.DataFrame, tau: int) -> pd.DataFrame:
-    """Keep at most ``tau`` rows per MAFID: the ones first in (digest, content) order.
+def truncation_order(frame: pd.DataFrame) -> np.ndarray:
+    """Row positions sorted by (MAFID, truncation rank): the order truncation keeps rows in.
 
-    The (digest, content) order is ranked once over the distinct contents; rows are then sorted
-    by the single int64 key ``MAFID · n_distinct + rank`` when it fits (else a two-key lexsort).
+    The rank is the (digest, content) order, ranked once over the distinct contents; rows are
+    sorted by the single int64 key ``MAFID · n_distinct + rank`` when it fits (else a two-key
+    lexsort). Rows of equal MAFID and content are interchangeable.
     """
-    if tau < 1:
-        raise ValueError(f"Invalid truncation threshold {tau} (need >= 1)")
     if len(frame) == 0:
-        return frame
+        return np.zeros(0, dtype=np.int64)
     packed, ids = _content_ids(frame, content_columns(frame))
     distinct, first, inverse = _distinct(ids)
     digests = _digest_rows(packed, first)
@@ -127,14 +126,32 @@ def truncate_per_key(frame: pd.DataFrame, tau: int) -> pd.DataFrame:
     low, high = int(keys.min()), int(keys.max())
     if (high - low + 1) * len(distinct) < 2**62:
         # Stable = timsort: near-linear on files grouped by household (the usual layout).
-        order = np.argsort((keys - low) * len(distinct) + row_rank, kind="stable")
-    else:
-        order = np.lexsort([row_rank, keys])
-    keys = keys[order]
-    starts = np.r_[True, keys[1:] != keys[:-1]]
-    group_start = np.maximum.accumulate(np.where(starts, np.arange(len(keys)), 0))
-    position = np.arange(len(keys)) - group_start
-    kept = np.sort(order[position < tau], kind="stable")
+        return np.argsort((keys - low) * len(distinct) + row_rank, kind="stable")
+    return np.lexsort([row_rank, keys])
+
+
+def first_per_key(sorted_keys: np.ndarray, mask: np.ndarray, tau: int) -> np.ndarray:
+    """Among rows sorted by key (``truncation_order``), the masked rows that are among the
+    first ``tau`` masked rows of their key; a mask in the same (sorted) order."""
+    if tau < 1:
+        raise ValueError(f"Invalid truncation threshold {tau} (need >= 1)")
+    if sorted_keys.size == 0:
+        return np.zeros(0, dtype=bool)
+    starts = np.r_[True, sorted_keys[1:] != sorted_keys[:-1]]
+    taken = np.cumsum(mask, dtype=np.int64)
+    before = np.maximum.accumulate(np.where(starts, taken - mask, 0))  # masked rows before
+    return mask & (taken - before <= tau)
+
+
+def truncate_per_key(frame: pd.DataFrame, tau: int) -> pd.DataFrame:
+    """Keep at most ``tau`` rows per MAFID: the ones first in (digest, content) order."""
+    if tau < 1:
+        raise ValueError(f"Invalid truncation threshold {tau} (need >= 1)")
+    if len(frame) == 0:
+        return frame
+    order = truncation_order(frame)
+    keys = frame[KEY].to_numpy().astype(np.int64)[order]
+    kept = np.sort(order[first_per_key(keys, np.ones(keys.size, dtype=bool), tau)], kind="stable")
     return frame.iloc[kept]
 
 

@@ -68,11 +68,15 @@ def persons_in_housing_units(persons: pd.DataFrame) -> pd.DataFrame:
     return persons.loc[persons["RTYPE"].to_numpy() == PERSON_IN_HOUSING_UNIT]
 
 
+def occupied_mask(units: pd.DataFrame) -> np.ndarray:
+    """Which units are occupied housing units (RTYPE 2 with a household type)."""
+    hht = units["HHT"].to_numpy()
+    return (units["RTYPE"].to_numpy() == UNIT_HOUSING) & (hht >= 1) & (hht <= 7)
+
+
 def occupied_units(units: pd.DataFrame) -> pd.DataFrame:
     """Occupied housing units (RTYPE 2 with a household type); vacant units and GQs dropped."""
-    hht = units["HHT"].to_numpy()
-    keep = (units["RTYPE"].to_numpy() == UNIT_HOUSING) & (hht >= 1) & (hht <= 7)
-    return units.loc[keep]
+    return units.loc[occupied_mask(units)]
 
 
 def housing_unit_geography(geo: pd.DataFrame) -> pd.DataFrame:

@@ -36,10 +36,12 @@ import math
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from fractions import Fraction
+from pathlib import Path
 from typing import Any
 
 import numpy as np
 
+from das.io.arrays import open_npy, write_npy_blocks
 from das.privacy import conversions
 from das.privacy.mechanisms import (
     DEFINITIONS,
@@ -268,6 +270,38 @@ def draw_noise(
     if accountant is not None:
         accountant.record(measurement, noise_digest(noise))
     return noise
+
+
+def draw_noise_file(
+    measurement: Measurement,
+    size: int,
+    rng: Any,
+    accountant: PrivacyAccountant | None,
+    path: str | Path,
+) -> np.ndarray:
+    """:func:`draw_noise` for vectors too large to hold: streamed to ``path`` (``.npy``).
+
+    Returns a read-only memory map of the ``size`` int64 values. The draws are exactly those
+    of :func:`draw_noise` for the same source state (the sampler is streamed block by block,
+    see ``Mechanism.sample_blocks``), and the recorded digest is the same
+    (:func:`noise_digest`, computed while the blocks are written). A noise provider with
+    ``noise_file_for(measurement, size, accountant)`` (the persisted
+    :class:`das.runs.noise_store.NoiseStore`) owns the whole step instead, and ``path`` is
+    then unused (the provider keeps its own files).
+    """
+    provider = getattr(rng, "noise_file_for", None)
+    if provider is not None:
+        return provider(measurement, size, accountant)
+    if getattr(rng, "noise_for", None) is not None:  # an in-memory provider: keep its draw
+        noise = draw_noise(measurement, size, rng, accountant)
+        write_npy_blocks(path, (noise,), size)
+        return open_npy(path)
+    if accountant is not None:
+        accountant.charge(measurement)
+    digest = write_npy_blocks(path, measurement.mechanism.sample_blocks(size, rng), size)
+    if accountant is not None:
+        accountant.record(measurement, digest)
+    return open_npy(path)
 
 
 class PrivacyAccountant:

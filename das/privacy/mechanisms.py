@@ -19,6 +19,7 @@ tests) buys. A budget of exactly 0 is refused: a zero-budget query is not run at
 from __future__ import annotations
 
 import math
+from collections.abc import Iterator
 from dataclasses import dataclass
 from fractions import Fraction
 from typing import Any, ClassVar, NamedTuple
@@ -145,6 +146,14 @@ class DiscreteGaussianMechanism:
             return np.zeros(size, dtype=np.int64)
         return noise.discrete_gaussian(self.sigma_squared, size, rng=rng)
 
+    def sample_blocks(
+        self, size: int, rng: Any = None, block: int = noise.DEFAULT_BLOCK
+    ) -> Iterator[np.ndarray]:
+        """:meth:`sample` streamed in ``block``-sized int64 arrays: the same draws, in order."""
+        if not self.adds_noise:
+            return noise.zero_blocks(size, block)
+        return noise.discrete_gaussian_blocks(self.sigma_squared, size, rng=rng, block=block)
+
     def to_dict(self) -> dict[str, str]:
         return {"mechanism": self.kind, "sigma_squared": fraction_text(self.sigma_squared)}
 
@@ -206,6 +215,14 @@ class GeometricMechanism:
         if not self.adds_noise:
             return np.zeros(size, dtype=np.int64)
         return noise.geometric(self.scale, size, rng=rng)
+
+    def sample_blocks(
+        self, size: int, rng: Any = None, block: int = noise.DEFAULT_BLOCK
+    ) -> Iterator[np.ndarray]:
+        """:meth:`sample` streamed in ``block``-sized int64 arrays: the same draws, in order."""
+        if not self.adds_noise:
+            return noise.zero_blocks(size, block)
+        return noise.geometric_blocks(self.scale, size, rng=rng, block=block)
 
     def to_dict(self) -> dict[str, str]:
         return {"mechanism": self.kind, "scale": fraction_text(self.scale)}

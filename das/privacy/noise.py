@@ -57,6 +57,7 @@ from __future__ import annotations
 
 import math
 import numbers
+from collections.abc import Iterable, Iterator
 from dataclasses import dataclass
 from fractions import Fraction
 from functools import lru_cache
@@ -74,16 +75,21 @@ from das.privacy.rng import (
 )
 
 __all__ = [
+    "DEFAULT_BLOCK",
     "discrete_gaussian",
+    "discrete_gaussian_blocks",
     "effective_scale",
     "effective_sigma_squared",
     "geometric",
+    "geometric_blocks",
     "seeded_rng",
+    "zero_blocks",
 ]
 
 _TWO32 = 1 << 32
 _TWO64 = 1 << 64
 _CHUNK = 1 << 17  # candidates per vectorized round: arrays stay in cache
+DEFAULT_BLOCK = 1 << 22  # draws per block of the streamed samplers (32 MiB of int64)
 
 # Discrete Gaussian limits (see the module docstring and _gauss_plan).
 _P_MAX = 1 << 49
@@ -549,19 +555,55 @@ def _resolve_rng(rng: RandomSource | None) -> RandomSource:
     return rng
 
 
-def _fill(total: int, chunk, acceptance: float) -> NDArray[np.int64]:
-    """Run chunks of candidates until ``total`` draws are accepted (first ones kept)."""
-    out = np.empty(total, dtype=np.int64)
+def _fill_pieces(total: int, chunk, acceptance: float) -> Iterator[NDArray[np.int64]]:
+    """Yield the accepted draws of successive candidate rounds until ``total`` are out.
+
+    The rounds depend only on ``total`` and the source, so the pieces, laid end to end, are
+    exactly what :func:`_fill` returns for the same source state.
+    """
     filled = 0
     while filled < total:
         need = total - filled
         n = min(_CHUNK, int(need / acceptance * 1.05) + 16)
         got = chunk(n)
         take = min(need, got.size)
-        out[filled : filled + take] = got[:take]
+        if take:
+            yield got[:take]
         filled += take
         acceptance = max(0.05, got.size / n)
+
+
+def _fill(total: int, chunk, acceptance: float) -> NDArray[np.int64]:
+    """Run chunks of candidates until ``total`` draws are accepted (first ones kept)."""
+    out = np.empty(total, dtype=np.int64)
+    filled = 0
+    for piece in _fill_pieces(total, chunk, acceptance):
+        out[filled : filled + piece.size] = piece
+        filled += piece.size
     return out
+
+
+def _blocks(pieces: Iterable[NDArray[np.int64]], block: int) -> Iterator[NDArray[np.int64]]:
+    """Regroup pieces into arrays of ``block`` values (the last one shorter), order kept."""
+    buffer: list[NDArray[np.int64]] = []
+    held = 0
+    for piece in pieces:
+        buffer.append(piece)
+        held += piece.size
+        while held >= block:
+            joined = np.concatenate(buffer) if len(buffer) > 1 else buffer[0]
+            yield np.ascontiguousarray(joined[:block], dtype=np.int64)
+            rest = joined[block:]
+            buffer = [rest] if rest.size else []
+            held = rest.size
+    if held:
+        yield np.ascontiguousarray(np.concatenate(buffer), dtype=np.int64)
+
+
+def _python_pieces(draw, total: int, block: int) -> Iterator[NDArray[np.int64]]:
+    """The reference (Python-integer) sampler, ``block`` draws at a time."""
+    for start in range(0, total, block):
+        yield _to_int64([draw() for _ in range(min(block, total - start))])
 
 
 def discrete_gaussian(
@@ -609,3 +651,57 @@ def geometric(
         draws = [_py_discrete_laplace(plan.t, plan.s, src) for _ in range(total)]
         return _to_int64(draws).reshape(shape)
     return _fill(total, lambda n: _geom_chunk(plan, n, src), 0.6).reshape(shape)
+
+
+def zero_blocks(size: int, block: int = DEFAULT_BLOCK) -> Iterator[NDArray[np.int64]]:
+    """``size`` zeros as ``block``-sized int64 arrays (a mechanism without noise, streamed)."""
+    block = _check_block(block)
+    for start in range(0, size, block):
+        yield np.zeros(min(block, size - start), dtype=np.int64)
+
+
+def _check_block(block: int) -> int:
+    if isinstance(block, bool) or not isinstance(block, numbers.Integral) or int(block) < 1:
+        raise ValueError(f"block must be a positive integer, got {block!r}")
+    return int(block)
+
+
+def discrete_gaussian_blocks(
+    sigma_squared: object, size: int, rng: RandomSource | None = None, block: int = DEFAULT_BLOCK
+) -> Iterator[NDArray[np.int64]]:
+    """:func:`discrete_gaussian` as a stream: int64 arrays of ``block`` draws (the last shorter).
+
+    Laid end to end, the blocks are *exactly* ``discrete_gaussian(sigma_squared, size, rng)``
+    for the same source state (same candidate rounds, same accepted draws), so a vector of
+    hundreds of millions of draws can be written to disk with memory for one block only.
+    """
+    s2 = to_fraction(sigma_squared, name="sigma_squared", nonnegative=True)
+    (total,) = _normalize_size(size)
+    block = _check_block(block)
+    src = _resolve_rng(rng)
+    if total == 0:
+        return iter(())
+    if s2 == 0:
+        return zero_blocks(total, block)
+    plan = _gauss_plan(s2)
+    if not plan.vectorized:
+        return _python_pieces(lambda: _py_discrete_gaussian(plan.sigma_squared, src), total, block)
+    return _blocks(_fill_pieces(total, lambda n: _gauss_chunk(plan, n, src), 0.45), block)
+
+
+def geometric_blocks(
+    scale: object, size: int, rng: RandomSource | None = None, block: int = DEFAULT_BLOCK
+) -> Iterator[NDArray[np.int64]]:
+    """:func:`geometric` as a stream of ``block``-sized int64 arrays (exactly the same draws)."""
+    sc = to_fraction(scale, name="scale", nonnegative=True)
+    (total,) = _normalize_size(size)
+    block = _check_block(block)
+    src = _resolve_rng(rng)
+    if total == 0:
+        return iter(())
+    if sc == 0:
+        return zero_blocks(total, block)
+    plan = _geom_plan(sc)
+    if not plan.vectorized:
+        return _python_pieces(lambda: _py_discrete_laplace(plan.t, plan.s, src), total, block)
+    return _blocks(_fill_pieces(total, lambda n: _geom_chunk(plan, n, src), 0.6), block)

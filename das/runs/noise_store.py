@@ -16,6 +16,12 @@ Per measurement, in this order (so that a crash at any point is safe):
    rerun draws it without a second charge (see :class:`PrivacyAccountant`).
 
 The digest is ``sha256(noise.astype(int64).tobytes())``, the engine's ledger convention.
+
+:meth:`NoiseStore.noise_file_for` is the same step for vectors too large to hold (national
+key sets: hundreds of millions of cells): the draws are streamed block by block into the
+``.npy`` file, the digest computed on the way, and a read-only memory map is returned; a reuse
+checks the digest by reading the file in blocks. Both methods write and read the same files,
+so either may reuse what the other drew.
 """
 
 from __future__ import annotations
@@ -29,6 +35,7 @@ from typing import Any
 
 import numpy as np
 
+from das.io.arrays import npy_data_digest, npy_info, open_npy, write_npy_blocks
 from das.io.atomic import atomic_write_bytes, atomic_write_text
 from das.privacy.accounting import Measurement, PrivacyAccountant, noise_digest
 from das.privacy.rng import RandomSource, default_source, seeded_rng
@@ -174,3 +181,45 @@ class NoiseStore:
             self.save_ledger()
             self.fresh.append(measurement.name)
             return noise
+
+    def _check_file(self, measurement: Measurement, size: int, digest: str) -> None:
+        """The stored file has ``size`` int64 values whose sha256 is the ledger's digest."""
+        path = self.folder.noise_path(measurement.name)
+        if not path.is_file():
+            raise NoiseDigestError(
+                f"{measurement.name}: recorded as drawn but its noise file is missing; "
+                "it cannot be drawn again under the same run id"
+            )
+        shape, dtype = npy_info(path)
+        if dtype != np.int64 or shape != (size,) or npy_data_digest(path) != digest:
+            raise NoiseDigestError(
+                f"{measurement.name}: the stored noise does not match its ledger entry "
+                "(size or sha256); refusing to reuse or redraw it"
+            )
+
+    def noise_file_for(
+        self, measurement: Measurement, size: int, accountant: PrivacyAccountant
+    ) -> np.ndarray:
+        """:meth:`noise_for` streamed: a read-only memory map of the stored ``.npy`` file.
+
+        Drawn now (charged first, streamed to disk block by block, digest recorded) or, when
+        already drawn, reused after its size and digest are checked in blocks.
+        """
+        if accountant is not self.accountant:
+            raise ValueError(f"{measurement.name}: drawn against a ledger this store does not own")
+        with self._lock:
+            path = self.folder.noise_path(measurement.name)
+            if measurement.name in accountant and accountant.get(measurement.name).drawn:
+                entry = accountant.reuse(measurement)
+                self._check_file(measurement, size, str(entry.noise_digest))
+                self.reused.append(measurement.name)
+                return open_npy(path)
+            if measurement.name not in accountant:
+                accountant.charge(measurement)
+                self.save_ledger()
+            blocks = measurement.mechanism.sample_blocks(size, self.rng_for(measurement))
+            digest = write_npy_blocks(path, blocks, size)
+            accountant.record(measurement, digest)
+            self.save_ledger()
+            self.fresh.append(measurement.name)
+            return open_npy(path)

@@ -56,15 +56,19 @@ def coterminous_sets(entities: Sequence[GeographyEntities]) -> pd.DataFrame:
     n_blocks = entities[0].block_entity.size
     weights = np.random.default_rng(20200401).integers(0, 2**63, n_blocks, dtype=np.uint64)
     offsets = np.cumsum([0, *(e.size for e in entities)])
+    # (entity, block) pairs of every level, int32 (8 M blocks × 6 levels at national size),
+    # ordered by entity then block through one int64 key (each pair is unique).
     entity_parts, block_parts = [], []
     for offset, level in zip(offsets, entities, strict=False):  # a handful of levels
         inside = np.flatnonzero(level.block_entity >= 0)
-        entity_parts.append(level.block_entity[inside] + offset)
-        block_parts.append(inside)
+        entity_parts.append((level.block_entity[inside] + offset).astype(np.int32))
+        block_parts.append(inside.astype(np.int32))
     entity = np.concatenate(entity_parts)
     block = np.concatenate(block_parts)
-    order = np.lexsort((block, entity))
+    del entity_parts, block_parts
+    order = np.argsort(entity.astype(np.int64) * max(n_blocks, 1) + block)
     entity, block = entity[order], block[order]
+    del order
     n_entities = int(offsets[-1])
     count = np.bincount(entity, minlength=n_entities)
     start = np.cumsum(count) - count
@@ -113,8 +117,25 @@ def apply_coterminous(
     ``members`` lists the key-set groups (REGION_TYPE, REGION_ID, ITERATION_CODE) of entities in
     ``sets`` (before suppression): only these receive copies.
     """
-    if sets.empty or members.empty:
+    mapping = coterminous_mapping(t1, members, sets)
+    if mapping.empty:
         return t1, t2
+    return _replace(t1, mapping), _replace(t2, mapping)
+
+
+def coterminous_mapping(
+    t1: pd.DataFrame, members: pd.DataFrame, sets: pd.DataFrame
+) -> pd.DataFrame:
+    """Algorithm 4's copies: (DONOR_TYPE, DONOR_ID, ITERATION_CODE, REGION_TYPE, REGION_ID).
+
+    One row per target group; only the T1 rows of coterminous members matter, so ``t1`` may
+    be just those rows (the streamed engine passes only them).
+    """
+    empty = pd.DataFrame(
+        columns=["DONOR_TYPE", "DONOR_ID", "ITERATION_CODE", "REGION_TYPE", "REGION_ID"]
+    )
+    if sets.empty or members.empty:
+        return empty
     tagged = members.merge(sets, on=["REGION_TYPE", "REGION_ID"])
     present = t1[_GROUP].merge(sets, on=["REGION_TYPE", "REGION_ID"])
     donors = (
@@ -129,16 +150,25 @@ def apply_coterminous(
         | (targets["REGION_ID"] != targets["DONOR_ID"])
     ]
     if targets.empty:
-        return t1, t2
-    mapping = targets[["DONOR_TYPE", "DONOR_ID", "ITERATION_CODE", "REGION_TYPE", "REGION_ID"]]
-    return _replace(t1, mapping), _replace(t2, mapping)
+        return empty
+    return targets[["DONOR_TYPE", "DONOR_ID", "ITERATION_CODE", "REGION_TYPE", "REGION_ID"]]
 
 
 def _replace(table: pd.DataFrame, mapping: pd.DataFrame) -> pd.DataFrame:
     """Drop the targets' rows, then append the donors' rows relabelled as the targets."""
-    columns = list(table.columns)
+    kept = table.loc[~target_rows(table, mapping)]
+    return pd.concat([kept, donor_copies(table, mapping)], ignore_index=True)
+
+
+def target_rows(table: pd.DataFrame, mapping: pd.DataFrame) -> np.ndarray:
+    """Mask of the rows of ``table`` that belong to a target group of ``mapping``."""
     marked = table.merge(mapping[_GROUP].assign(_TARGET=True), on=_GROUP, how="left", sort=False)
-    kept = table.loc[marked["_TARGET"].isna().to_numpy()]
+    return marked["_TARGET"].notna().to_numpy()
+
+
+def donor_copies(table: pd.DataFrame, mapping: pd.DataFrame) -> pd.DataFrame:
+    """The donors' rows of ``table`` relabelled as their targets, in ``table``'s row order."""
+    columns = list(table.columns)
     donor_rows = table.merge(
         mapping.rename(columns={"REGION_TYPE": "_T", "REGION_ID": "_I"}).rename(
             columns={"DONOR_TYPE": "REGION_TYPE", "DONOR_ID": "REGION_ID"}
@@ -148,7 +178,7 @@ def _replace(table: pd.DataFrame, mapping: pd.DataFrame) -> pd.DataFrame:
     copies = donor_rows.drop(columns=["REGION_TYPE", "REGION_ID"]).rename(
         columns={"_T": "REGION_TYPE", "_I": "REGION_ID"}
     )
-    return pd.concat([kept, copies[columns]], ignore_index=True)
+    return copies[columns]
 
 
 # ---------------------------------------------------------------------------- spec file

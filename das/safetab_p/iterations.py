@@ -79,7 +79,7 @@ def _code_iteration_matrix(
     return matrix
 
 
-def _code_positions(specs: RaceEthnicitySpecs, codes: np.ndarray) -> np.ndarray:
+def code_positions(specs: RaceEthnicitySpecs, codes: np.ndarray) -> np.ndarray:
     """Index of each code in the spec's code list; n_codes (the empty row) when unknown."""
     order = np.argsort(specs.code, kind="stable")
     sorted_codes = specs.code[order]
@@ -103,7 +103,27 @@ def combination_incidence(
     ``qspan`` is (m,) int16.
     """
     race_codes = np.asarray(race_codes)
-    m = race_codes.shape[0]
+    present = race_codes != NULL_RACE_CODE
+    positions = np.where(present, code_positions(specs, race_codes), -1)
+    return position_incidence(
+        specs, positions, code_positions(specs, np.asarray(qspan)), selected
+    )
+
+
+def position_incidence(
+    specs: RaceEthnicitySpecs,
+    positions: np.ndarray,
+    qspan_positions: np.ndarray,
+    selected: IterationFilter,
+) -> sp.csr_matrix:
+    """:func:`combination_incidence` from code *positions* (:func:`code_positions`).
+
+    ``positions`` is (m, 8) int64: −1 for a Null slot, ``specs.n_codes`` for a code the specs
+    do not list; ``qspan_positions`` is (m,) int64 the same way. Combinations that differ
+    only in unlisted codes have the same row (an unlisted code maps to no iteration).
+    """
+    positions = np.asarray(positions, dtype=np.int64)
+    m = positions.shape[0]
     columns = selected.index
     is_ethnicity = specs.is_ethnicity[columns]
     alone = specs.alone[columns] == TRUE
@@ -111,9 +131,8 @@ def combination_incidence(
     combo_matrix = _code_iteration_matrix(specs, columns, ~is_ethnicity & ~alone)
     ethnicity_matrix = _code_iteration_matrix(specs, columns, is_ethnicity)
 
-    present = race_codes != NULL_RACE_CODE
-    positions = _code_positions(specs, race_codes)
-    rows = np.broadcast_to(np.arange(m)[:, None], race_codes.shape)
+    present = positions >= 0
+    rows = np.broadcast_to(np.arange(m)[:, None], positions.shape)
     codes = sp.csr_matrix(
         (np.ones(int(present.sum()), dtype=np.int32), (rows[present], positions[present])),
         shape=(m, specs.n_codes + 1),
@@ -126,7 +145,7 @@ def combination_incidence(
     shared.data = shared.data == n_codes[np.repeat(np.arange(m), np.diff(shared.indptr))]
     shared.eliminate_zeros()
     union = (codes @ combo_matrix).tocsr()
-    ethnicity = ethnicity_matrix[_code_positions(specs, np.asarray(qspan))]
+    ethnicity = ethnicity_matrix[np.asarray(qspan_positions, dtype=np.int64)]
     incidence = (shared.astype(np.int32) + union + ethnicity).tocsr()
     incidence.sum_duplicates()
     incidence.data[:] = 1

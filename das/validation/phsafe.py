@@ -47,6 +47,9 @@ uniqueness in units and geo comes from the suites. The Census toy set
 
 from __future__ import annotations
 
+import math
+import shutil
+import tempfile
 from collections.abc import Callable
 from pathlib import Path
 
@@ -54,8 +57,15 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
+from das.io.arrays import RawColumns
 from das.io.phsafe import GEO, PERSONS, UNITS
-from das.io.tables import DEFAULT_CHUNK_BYTES, TableSpec
+from das.io.tables import (
+    DEFAULT_CHUNK_BYTES,
+    InputFormatError,
+    TableSpec,
+    estimated_rows,
+    resolve_input,
+)
 from das.specs.config import PHSafeConfig, load_phsafe_config
 from das.validation.report import ValidationReport
 from das.validation.runner import DEFAULT_SAMPLE_ROWS, Context, run_validation
@@ -107,15 +117,16 @@ def _lookup(sorted_keys: np.ndarray, order: np.ndarray, keys: np.ndarray) -> np.
 
 
 class _Units:
-    """The units file as integer columns, with MAFID lookup and per-unit person aggregates."""
+    """One bucket of the units file as integer columns, with MAFID lookup and per-unit person
+    aggregates; ``file_rows`` are the units' row numbers in the file (for reports)."""
 
-    def __init__(self, scan: FileScan) -> None:
-        kept = scan.kept
-        self.label = scan.label
-        self.mafid = kept["MAFID"]
-        self.rtype = kept["RTYPE"]
-        self.final_pop = kept["FINAL_POP"]
-        self.codes = {name: kept[name] for name in UNIT_CODES}
+    def __init__(self, label: str, kept: dict[str, np.ndarray], file_rows: np.ndarray) -> None:
+        self.label = label
+        self.file_rows = np.asarray(file_rows, dtype=np.int64)
+        self.mafid = kept["MAFID"].astype(np.int64)
+        self.rtype = kept["RTYPE"].astype(np.int64)
+        self.final_pop = kept["FINAL_POP"].astype(np.int64)
+        self.codes = {name: kept[name].astype(np.int64) for name in UNIT_CODES}
         self.n = self.mafid.size
         self.order = np.argsort(self.mafid, kind="stable")
         self.sorted = self.mafid[self.order]
@@ -145,51 +156,84 @@ class _Units:
 
     def rows(self, mask: np.ndarray) -> np.ndarray:
         """Units-file row numbers (1-based) of a per-unit mask."""
-        return np.flatnonzero(mask) + 1
+        return self.file_rows[mask]
 
 
-class _PersonChecks:
-    """Per-chunk checks of persons against the units, and the per-unit aggregates."""
+def _person_unit_checks(
+    context: Context, label: str, units: _Units, columns: dict[str, np.ndarray]
+) -> None:
+    """One bucket's persons against its units, and the per-unit aggregates.
 
-    def __init__(self, context: Context, label: str, units: _Units) -> None:
+    Rows come out of file order (bucket by bucket): failures carry value columns, read
+    back from the file for the first rows once every bucket is done."""
+    add = context.collector.add
+    mafid = columns["MAFID"].astype(np.int64)
+    rtype = columns["RTYPE"].astype(np.int64)
+    relship = columns["RELSHIP"].astype(np.int64)
+    age = columns["QAGE"].astype(np.int64)
+    file_rows = columns["row"].astype(np.int64)
+    unit = units.lookup(mafid)
+    bad = (mafid >= 0) & (unit < 0)
+    add(
+        label,
+        "MAFID",
+        "person_unit_exists",
+        "the person's MAFID is not a unit in units",
+        rows=file_rows[bad],
+        value_columns=("MAFID",),
+    )
+    linked = unit >= 0
+    unit_rtype = np.where(linked, units.rtype[np.maximum(unit, 0)], -1) if units.n else unit
+    known = linked & np.isin(rtype, (3, 5)) & np.isin(unit_rtype, (2, 4))
+    bad = known & ((rtype == 3) != (unit_rtype == 2))
+    add(
+        label,
+        "RTYPE",
+        "person_rtype_matches_unit",
+        "RTYPE 3 (housing unit) persons belong to RTYPE 2 units, RTYPE 5 (group quarters) "
+        "persons to RTYPE 4 units",
+        rows=file_rows[bad],
+        value_columns=("RTYPE", "MAFID"),
+    )
+    index = unit[linked]
+    rel = relship[linked]
+    rows = file_rows[linked]
+    n = units.n
+
+    def count(mask: np.ndarray) -> np.ndarray:
+        return np.bincount(index[mask], minlength=n)
+
+    units.persons += np.bincount(index, minlength=n)
+    householder = rel == HOUSEHOLDER
+    units.householders += count(householder)
+    units.spouse_opposite += count(rel == 21)
+    units.spouse_same += count(rel == 23)
+    units.partner_opposite += count(rel == 22)
+    units.partner_same += count(rel == 24)
+    units.relatives += count((rel >= 25) & (rel <= 33))
+    child_age = age[linked]
+    units.own_children += count((rel >= 25) & (rel <= 27) & (child_age >= 0) & (child_age < 18))
+    units.householder_race[index[householder]] = columns["CENRACE"][linked][householder]
+    units.householder_hisp[index[householder]] = columns["CENHISP"][linked][householder]
+    units.householder_rows.append((index[householder], rows[householder]))
+    partner = (rel >= 21) & (rel <= 24)
+    units.partner_rows.append((index[partner], rows[partner]))
+
+
+class _RelshipChecks:
+    """persons, per chunk: RELSHIP agrees with RTYPE (no other file needed)."""
+
+    def __init__(self, context: Context, label: str) -> None:
         self.context = context
         self.label = label
-        self.units = units
 
     def __call__(self, frame, columns: dict[str, np.ndarray]) -> None:
-        add = self.context.collector.add
-        units = self.units
-        mafid = columns["MAFID"]
         rtype = columns["RTYPE"]
         relship = columns["RELSHIP"]
-        age = columns["QAGE"]
-        unit = units.lookup(mafid)
-        bad = (mafid >= 0) & (unit < 0)
-        add(
-            self.label,
-            "MAFID",
-            "person_unit_exists",
-            "the person's MAFID is not a unit in units",
-            rows=rows_of(frame, bad),
-            values=first_values(frame, "MAFID", bad),
-        )
-        linked = unit >= 0
-        unit_rtype = np.where(linked, units.rtype[np.maximum(unit, 0)], -1)
-        known = linked & np.isin(rtype, (3, 5)) & np.isin(unit_rtype, (2, 4))
-        bad = known & ((rtype == 3) != (unit_rtype == 2))
-        add(
-            self.label,
-            "RTYPE",
-            "person_rtype_matches_unit",
-            "RTYPE 3 (housing unit) persons belong to RTYPE 2 units, RTYPE 5 (group quarters) "
-            "persons to RTYPE 4 units",
-            rows=rows_of(frame, bad),
-            values=joined_values(frame, ("RTYPE", "MAFID"), bad, ","),
-        )
         in_gq_code = (relship == 37) | (relship == 38)
         known = np.isin(rtype, (3, 5)) & (relship >= 20) & (relship <= 38)
         bad = known & ((rtype == 5) != in_gq_code)
-        add(
+        self.context.collector.add(
             self.label,
             "RELSHIP",
             "relship_matches_rtype",
@@ -198,31 +242,68 @@ class _PersonChecks:
             values=joined_values(frame, ("RTYPE", "RELSHIP"), bad, ","),
         )
 
-        index = unit[linked]
-        rel = relship[linked]
-        rows = frame.index.to_numpy()[linked]
-        n = units.n
 
-        def count(mask: np.ndarray) -> np.ndarray:
-            return np.bincount(index[mask], minlength=n)
-
-        units.persons += np.bincount(index, minlength=n)
-        householder = rel == HOUSEHOLDER
-        units.householders += count(householder)
-        units.spouse_opposite += count(rel == 21)
-        units.spouse_same += count(rel == 23)
-        units.partner_opposite += count(rel == 22)
-        units.partner_same += count(rel == 24)
-        units.relatives += count((rel >= 25) & (rel <= 33))
-        child_age = age[linked]
-        units.own_children += count((rel >= 25) & (rel <= 27) & (child_age >= 0) & (child_age < 18))
-        units.householder_race[index[householder]] = columns["CENRACE"][linked][householder]
-        units.householder_hisp[index[householder]] = columns["CENHISP"][linked][householder]
-        units.householder_rows.append((index[householder], rows[householder]))
-        partner = (rel >= 21) & (rel <= 24)
-        units.partner_rows.append((index[partner], rows[partner]))
+# Integer copies of the three files, by MAFID bucket (rows with a MAFID that is not a number
+# take part in no cross-file check). Codes are clipped to int16: a code beyond 32767 already
+# breaks its suite rule.
+_SPILLS = {
+    "units": {"row": np.int64, "MAFID": np.int64, "RTYPE": np.int16, "FINAL_POP": np.int64,
+              **dict.fromkeys(UNIT_CODES, np.int16)},
+    "geo": {"row": np.int64, "MAFID": np.int64, "RTYPE": np.int16},
+    "persons": {"row": np.int64, "MAFID": np.int64, "RTYPE": np.int16, "QAGE": np.int16,
+                "CENHISP": np.int16, "CENRACE": np.int16, "RELSHIP": np.int16},
+}  # fmt: skip
+BUCKET_ROWS = 4_000_000
 
 
+class _BucketSpill:
+    """Appends each chunk's converted columns to the MAFID buckets of one file."""
+
+    def __init__(self, root: Path, file: str, buckets: int) -> None:
+        self.root = root
+        self.file = file
+        self.buckets = buckets
+        self.dtypes = _SPILLS[file]
+        self._appenders = [self.columns(k).appender() for k in range(buckets)]
+
+    def columns(self, bucket: int) -> RawColumns:
+        return RawColumns(self.root / self.file / f"{bucket:04d}", self.dtypes)
+
+    def __enter__(self) -> _BucketSpill:
+        for appender in self._appenders:
+            appender.__enter__()
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        for appender in self._appenders:
+            appender.__exit__(None, None, None)
+
+    def __call__(self, frame, columns: dict[str, np.ndarray]) -> None:
+        mafid = columns["MAFID"]
+        keep = np.flatnonzero(mafid >= 0)
+        bucket = mafid[keep] % self.buckets
+        order = keep[np.argsort(bucket, kind="stable")]
+        bounds = np.searchsorted(np.sort(bucket, kind="stable"), np.arange(self.buckets + 1))
+        values = {"row": frame.index.to_numpy()}
+        for name, dtype in self.dtypes.items():
+            if name != "row":
+                info = np.iinfo(dtype)
+                values[name] = np.clip(columns[name], -1, info.max)
+        for k in range(self.buckets):  # a loop over buckets, not over rows
+            part = order[bounds[k] : bounds[k + 1]]
+            if part.size:
+                self._appenders[k].append({n: v[part] for n, v in values.items()})
+
+
+def _both(*hooks):
+    """One chunk hook calling several."""
+    active = [hook for hook in hooks if hook is not None]
+
+    def call(frame, columns):
+        for hook in active:
+            hook(frame, columns)
+
+    return call
 
 
 def _scan(
@@ -420,17 +501,20 @@ def _extra_person_rows(pairs: list[tuple[np.ndarray, np.ndarray]], n_units: int)
     return np.sort(rows[per_unit[index] > 1])
 
 
-def _geo_checks(context: Context, geo: FileScan, units: _Units) -> None:
+def _geo_checks(
+    context: Context, label: str, geo: dict[str, np.ndarray], units: _Units
+) -> None:
     add = context.collector.add
-    geo_mafid = geo.kept["MAFID"]
+    geo_mafid = geo["MAFID"].astype(np.int64)
+    geo_rows = geo["row"].astype(np.int64)
     geo_unit = units.lookup(geo_mafid)
     bad = (geo_mafid >= 0) & (geo_unit < 0)
     add(
-        geo.label,
+        label,
         "MAFID",
         "geo_has_unit",
         "a geo MAFID that is not in units",
-        rows=np.flatnonzero(bad) + 1,
+        rows=geo_rows[bad],
         value_columns=("MAFID",),
     )
     geo_sorted_order = np.argsort(geo_mafid, kind="stable")
@@ -445,21 +529,32 @@ def _geo_checks(context: Context, geo: FileScan, units: _Units) -> None:
         rows=units.rows(bad),
         value_columns=("MAFID",),
     )
-    geo_rtype = geo.kept["RTYPE"]
+    geo_rtype = geo["RTYPE"].astype(np.int64)
     linked = geo_unit >= 0
-    # (an empty units file links nothing: no index into it)
+    # (a bucket without units links nothing: no index into it)
     unit_rtype = (
         np.where(linked, units.rtype[np.maximum(geo_unit, 0)], -1) if units.n else geo_unit
     )
     bad = linked & (geo_rtype >= 0) & (unit_rtype >= 0) & (geo_rtype != unit_rtype)
     add(
-        geo.label,
+        label,
         "RTYPE",
         "geo_rtype_matches_unit",
         "geo RTYPE must equal the unit's RTYPE in units",
-        rows=np.flatnonzero(bad) + 1,
+        rows=geo_rows[bad],
         value_columns=("RTYPE",),
     )
+
+
+def _buckets_for(data_dir: Path) -> int:
+    """MAFID buckets so that one bucket of the largest file holds about BUCKET_ROWS rows."""
+    rows = 0
+    for spec in (PERSONS, UNITS, GEO):
+        try:
+            rows = max(rows, estimated_rows(resolve_input(data_dir, spec), spec))
+        except (FileNotFoundError, InputFormatError):
+            continue
+    return max(1, math.ceil(rows / BUCKET_ROWS))
 
 
 def validate_phsafe(
@@ -481,21 +576,37 @@ def validate_phsafe(
 
     def checks(context: Context) -> None:
         config = context.load_config(config_path, load_phsafe_config)
-        units_scan = _scan(
-            context,
-            data_dir,
-            UNITS,
-            convert={name: None for name in ("RTYPE", "MAFID", "FINAL_POP", *UNIT_CODES)},
-            retain=True,
-        )
-        geo_scan = _scan(
-            context,
-            data_dir,
-            GEO,
-            None if config is None else lambda label: _StateChecks(context, label, config),
-            convert={"MAFID": None, "RTYPE": None},
-            retain=True,
-        )
+        buckets = _buckets_for(data_dir)
+        spill_root = Path(tempfile.mkdtemp(prefix=".spill-", dir=context.report.report_dir))
+        try:
+            _checks(context, config, buckets, spill_root)
+        finally:
+            shutil.rmtree(spill_root, ignore_errors=True)
+
+    def _checks(
+        context: Context, config: PHSafeConfig | None, buckets: int, spill_root: Path
+    ) -> None:
+        options = {"spill_dir": spill_root, "buckets": buckets}
+        with _BucketSpill(spill_root, "units", buckets) as unit_spill:
+            units_scan = _scan(
+                context,
+                data_dir,
+                UNITS,
+                lambda label: unit_spill,
+                convert={name: None for name in ("RTYPE", "MAFID", "FINAL_POP", *UNIT_CODES)},
+                **options,
+            )
+        with _BucketSpill(spill_root, "geo", buckets) as geo_spill:
+            geo_scan = _scan(
+                context,
+                data_dir,
+                GEO,
+                lambda label: _both(
+                    None if config is None else _StateChecks(context, label, config), geo_spill
+                ),
+                convert={"MAFID": None, "RTYPE": None},
+                **options,
+            )
         if config is None:
             for check in STATE_CHECKS:
                 context.skip(check, "config.json does not parse")
@@ -504,40 +615,49 @@ def validate_phsafe(
         if not units_scan.scanned:
             for check in (*PERSON_CHECKS, *UNIT_CHECKS, *GEO_CHECKS):
                 context.skip(check, "units could not be read")
-            _scan(context, data_dir, PERSONS)
+            _scan(context, data_dir, PERSONS, **options)
             return
-        units = _Units(units_scan)
+        with _BucketSpill(spill_root, "persons", buckets) as person_spill:
+            persons_scan = _scan(
+                context,
+                data_dir,
+                PERSONS,
+                lambda label: _both(_RelshipChecks(context, label), person_spill),
+                convert={name: None for name in PERSONS.column_names},
+                **options,
+            )
         if geo_scan.scanned:
             context.ran(*GEO_CHECKS)
-            _geo_checks(context, geo_scan, units)
         else:
             for check in GEO_CHECKS:
                 context.skip(check, "geo could not be read")
-        persons_scan = _scan(
-            context,
-            data_dir,
-            PERSONS,
-            lambda label: _PersonChecks(context, label, units),
-            convert={name: None for name in PERSONS.column_names},
-        )
-        if not persons_scan.scanned:
+        if persons_scan.scanned:
+            context.ran(*PERSON_CHECKS, *UNIT_CHECKS)
+        else:
             for check in (*PERSON_CHECKS, *UNIT_CHECKS):
                 context.skip(check, "persons could not be read")
-            return
-        context.ran(*PERSON_CHECKS, *UNIT_CHECKS)
-        for pairs, check, message in (
-            (units.householder_rows, "householder_unique", "more than one householder in the unit"),
-            (units.partner_rows, "partner_unique", "more than one spouse or partner in the unit"),
-        ):
-            context.collector.add(
-                persons_scan.label,
-                "RELSHIP",
-                check,
-                message,
-                rows=_extra_person_rows(pairs, units.n),
-                value_columns=("MAFID", "RELSHIP"),
-            )
-        _unit_checks(context, units)
+        for bucket in range(buckets):  # one bucket of households in memory at a time
+            kept = unit_spill.columns(bucket).read()
+            units = _Units(units_scan.label, kept, kept["row"])
+            if geo_scan.scanned:
+                _geo_checks(context, geo_scan.label, geo_spill.columns(bucket).read(), units)
+            if not persons_scan.scanned:
+                continue
+            people = person_spill.columns(bucket).read()
+            _person_unit_checks(context, persons_scan.label, units, people)
+            for pairs, check, message in (
+                (units.householder_rows, "householder_unique", "more than one householder"),
+                (units.partner_rows, "partner_unique", "more than one spouse or partner"),
+            ):
+                context.collector.add(
+                    persons_scan.label,
+                    "RELSHIP",
+                    check,
+                    message,
+                    rows=_extra_person_rows(pairs, units.n),
+                    value_columns=("MAFID", "RELSHIP"),
+                )
+            _unit_checks(context, units)
 
     return run_validation(
         "phsafe",

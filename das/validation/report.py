@@ -89,7 +89,9 @@ class Failure:
 class FailureCollector:
     """Accumulates failures chunk by chunk, keyed by (file, column, check).
 
-    Chunks arrive in file order, so the first rows kept are the smallest row numbers.
+    The rows kept are the smallest row numbers: chunks arrive in file order; failures found
+    per bucket of records (out of file order) come without values and are merged, and their
+    values are read back from the file afterwards (``value_columns``).
     """
 
     def __init__(self) -> None:
@@ -132,8 +134,14 @@ class FailureCollector:
             self._failures[key] = failure
         failure.count += n
         room = MAX_ROWS - len(failure.rows)
-        if room > 0 and rows_array.size:
-            failure.rows.extend(int(row) for row in rows_array[:room])
+        if values is None and rows_array.size and failure.rows:
+            # Rows may come out of file order (checks run per MAFID bucket): keep the smallest.
+            smallest = np.sort(rows_array)[:MAX_ROWS]
+            merged = np.sort(np.concatenate([np.asarray(failure.rows, np.int64), smallest]))
+            failure.rows = [int(row) for row in merged[:MAX_ROWS]]
+        elif room > 0 and rows_array.size:
+            source = rows_array if values is not None else np.sort(rows_array)
+            failure.rows.extend(int(row) for row in source[:room])
         if values is not None:
             # Values go with the first rows; a failure without rows (header, config) keeps 5.
             shown = min(MAX_VALUES, len(failure.rows)) if failure.rows else MAX_VALUES

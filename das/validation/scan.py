@@ -27,7 +27,7 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 from das.io.tables import DEFAULT_CHUNK_BYTES, InputFormatError, TableSpec, iter_raw, read_header
-from das.validation.report import FailureCollector, FileSummary, short_value
+from das.validation.report import MAX_ROWS, FailureCollector, FileSummary, short_value
 from das.validation.suites import (
     COLUMN_TYPES,
     TABLE_TYPES,
@@ -36,6 +36,7 @@ from das.validation.suites import (
     UniqueAccumulator,
     failing_mask,
     header_problem,
+    is_digits_rule,
 )
 
 FLAGGED_ROWS = 200  # engine-flagged rows added to the GX sample, per file
@@ -76,6 +77,50 @@ def to_int(array: pa.ChunkedArray, null_token: str | None = None) -> np.ndarray:
         ok = pc.fill_null(pc.match_substring_regex(array, _DIGITS), False)
         cleaned = pc.if_else(ok, array, pa.scalar("-1", array.type))
         return np.asarray(cleaned.cast(pa.int64()), dtype=np.int64)
+
+
+class ColumnView:
+    """One chunk's column; a general regex runs once per *distinct* value when it has few.
+
+    Codes (ages, race codes, relationships ...) repeat millions of times in a chunk: a regex
+    is then evaluated on the dictionary of distinct values and spread back by index (same
+    verdicts as row by row). Set membership and digit rules are cheap per row and stay so.
+    """
+
+    _SAMPLE = 4_096
+
+    def __init__(self, array: pa.ChunkedArray) -> None:
+        self.array = array
+        self._encoded: tuple[np.ndarray, pa.Array] | bool | None = False  # False: not tried
+
+    def _dictionary(self) -> tuple[np.ndarray, pa.Array] | None:
+        if self._encoded is False:
+            self._encoded = None
+            n = len(self.array)
+            if n >= 4 * self._SAMPLE and self.array.null_count == 0:
+                sample = pc.count_distinct(self.array.slice(0, self._SAMPLE)).as_py()
+                if sample <= self._SAMPLE // 8:
+                    encoded = pc.dictionary_encode(self.array.combine_chunks())
+                    if len(encoded.dictionary) <= n // 8:
+                        self._encoded = (np.asarray(encoded.indices), encoded.dictionary)
+        return self._encoded  # type: ignore[return-value]
+
+    def mask(self, expectation: dict) -> np.ndarray:
+        general_regex = expectation[
+            "type"
+        ] == "expect_column_values_to_match_regex" and not is_digits_rule(expectation)
+        encoded = self._dictionary() if general_regex else None
+        if encoded is None:
+            return failing_mask(expectation, self.array)
+        indices, values = encoded
+        return failing_mask(expectation, values)[indices]
+
+    def ints(self, null_token: str | None) -> np.ndarray:
+        encoded = self._encoded if isinstance(self._encoded, tuple) else None
+        if encoded is None:
+            return to_int(self.array, null_token)
+        indices, values = encoded
+        return to_int(pa.chunked_array([values]), null_token)[indices]
 
 
 class _Sample:
@@ -146,6 +191,8 @@ def scan_file(
     on_chunk: ChunkHook | None = None,
     sample_rows: int = 20_000,
     chunk_bytes: int = DEFAULT_CHUNK_BYTES,
+    spill_dir: Path | None = None,
+    buckets: int = 1,
 ) -> FileScan:
     """Check every suite rule on every row of ``path``; return counts, sample and kept columns.
 
@@ -153,6 +200,7 @@ def scan_file(
     such as ``"Null"`` that becomes 0, or None); -1 marks text that is not a number. With
     ``retain`` the converted columns of all chunks are kept (``FileScan.kept``, row r at index
     r - 1); otherwise they are only passed to ``on_chunk`` with the chunk's raw frame.
+    With ``spill_dir``, uniqueness keys go to disk in ``buckets`` files (bounded memory).
     """
     convert = dict(convert or {})
     summary = FileSummary(file=label, path=str(path) if path else None, gx_suite=suite.name)
@@ -180,7 +228,12 @@ def scan_file(
         return scan  # the rows cannot be read against this layout: the header failure says why
 
     column_rules = suite.of_types(COLUMN_TYPES)
-    uniques = [UniqueAccumulator(e) for e in suite.of_types(UNIQUE_TYPES)]
+    uniques = [
+        UniqueAccumulator(
+            e, None if spill_dir is None else spill_dir / f"unique-{label}-{index}", buckets
+        )
+        for index, e in enumerate(suite.of_types(UNIQUE_TYPES))
+    ]
     sample = _Sample(sample_rows)
     kept: dict[str, list[np.ndarray]] = {name: [] for name in convert}
     rows_read = 0
@@ -189,10 +242,11 @@ def scan_file(
             rows = frame.index.to_numpy()
             rows_read += len(frame)
             arrays = {name: column_array(frame, name) for name in spec.column_names}
+            views = {name: ColumnView(arrays[name]) for name in spec.column_names}
             flagged = np.zeros(len(frame), dtype=bool)
             for expectation in column_rules:
                 column = expectation["kwargs"]["column"]
-                mask = failing_mask(expectation, arrays[column])
+                mask = views[column].mask(expectation)
                 if mask.any():
                     flagged |= mask
                     collector.add(
@@ -207,9 +261,7 @@ def scan_file(
                 unique.add([arrays[c] for c in unique.columns], rows)
             sample.add(frame)
             sample.add_flagged(frame, flagged)
-            converted = {
-                name: to_int(arrays[name], null_token) for name, null_token in convert.items()
-            }
+            converted = {name: views[name].ints(null_token) for name, null_token in convert.items()}
             if retain:
                 for name, values in converted.items():
                     kept[name].append(values)
@@ -222,13 +274,14 @@ def scan_file(
     summary.rows = rows_read
     summary.scanned = True
     for unique in uniques:
-        duplicates = unique.duplicate_rows()
+        count, first = unique.duplicates(MAX_ROWS)
         collector.add(
             label,
             unique.label,
             unique.expectation["type"],
             unique.expectation.get("meta", {}).get("rule", "unique"),
-            rows=duplicates,
+            rows=first,
+            count=count,
             value_columns=unique.columns,
         )
     scan.kept = {

@@ -31,6 +31,7 @@ GX, every occurrence of a repeated value counts as a failing row.
 from __future__ import annotations
 
 import json
+import re
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -60,6 +61,8 @@ UNIQUE_TYPES = (
 )
 SUPPORTED_TYPES = TABLE_TYPES + COLUMN_TYPES + UNIQUE_TYPES
 _KEY_SEPARATOR = "\x1f"  # unit separator: cannot occur in a delimited production field
+# ^[0-9]$, ^[0-9]{n}$, ^[0-9]{a,b}$: evaluated as "ASCII digits of a length" (same verdicts)
+_DIGITS_ONLY = re.compile(r"\^\[0-9\](?:\{(\d+)(,(\d+))?\})?\$")
 
 
 class SuiteError(ValueError):
@@ -166,6 +169,12 @@ def _describe(expected: list[str], header: list[str], ordered: bool) -> str:
 # ------------------------------------------------------------------------------------------------
 
 
+def is_digits_rule(expectation: dict[str, Any]) -> bool:
+    """A regex rule of the form ^[0-9]{a,b}$ (checked without a regex engine)."""
+    regex = expectation.get("kwargs", {}).get("regex")
+    return regex is not None and _DIGITS_ONLY.fullmatch(regex) is not None
+
+
 def failing_mask(expectation: dict[str, Any], array: pa.ChunkedArray | pa.Array) -> np.ndarray:
     """Boolean mask of the rows that break one column expectation (null always fails)."""
     kind = expectation["type"]
@@ -175,7 +184,17 @@ def failing_mask(expectation: dict[str, Any], array: pa.ChunkedArray | pa.Array)
         text = pa.types.is_string(array.type) or pa.types.is_large_string(array.type)
         return np.zeros(n, dtype=bool) if text else np.ones(n, dtype=bool)
     if kind == "expect_column_values_to_match_regex":
-        ok = pc.match_substring_regex(array, kwargs["regex"])
+        digits = _DIGITS_ONLY.fullmatch(kwargs["regex"])
+        if digits is not None:  # ^[0-9]{a,b}$: ASCII digits and a length, no regex engine
+            low = int(digits.group(1) or 1)
+            high = int(digits.group(3) or low) if digits.group(2) else low
+            length = pc.utf8_length(array)
+            ok = pc.and_(
+                pc.ascii_is_decimal(array),
+                pc.and_(pc.greater_equal(length, low), pc.less_equal(length, high)),
+            )
+        else:
+            ok = pc.match_substring_regex(array, kwargs["regex"])
     elif kind == "expect_column_values_to_be_in_set":
         values = pa.array([str(v) for v in kwargs["value_set"]], type=array.type)
         ok = pc.is_in(array, value_set=values)
@@ -185,7 +204,12 @@ def failing_mask(expectation: dict[str, Any], array: pa.ChunkedArray | pa.Array)
 
 
 def key_hash(arrays: list[pa.ChunkedArray]) -> np.ndarray:
-    """64-bit hash per row of one column's text, or of several columns joined (uniqueness)."""
+    """64-bit key per row of one column's text, or of several columns joined (uniqueness).
+
+    A single column's digit strings of at most 17 characters (MAFIDs, codes) get an exact
+    key, value · 32 + length (below 2⁶³; equal keys ⇔ equal texts); every other text gets a
+    64-bit hash with the top bit set, so the two kinds never meet.
+    """
     text = [a.cast(pa.large_string()) for a in arrays]
     if len(text) == 1:
         joined = text[0]
@@ -194,38 +218,104 @@ def key_hash(arrays: list[pa.ChunkedArray]) -> np.ndarray:
         joined = pc.binary_join_element_wise(*text, separator)
     if isinstance(joined, pa.Array):
         joined = pa.chunked_array([joined])
-    strings = pd.Series(pd.arrays.ArrowStringArray(joined), copy=False)
-    return pd.util.hash_pandas_object(strings, index=False).to_numpy(dtype=np.uint64)
+    keys = np.zeros(len(joined), dtype=np.uint64)
+    exact = np.zeros(len(joined), dtype=bool)
+    if len(text) == 1 and len(joined):
+        length = pc.utf8_length(joined)
+        exact = np.asarray(
+            pc.fill_null(pc.and_(pc.ascii_is_decimal(joined), pc.less_equal(length, 17)), False)
+        )
+        if exact.any():
+            digits = pc.if_else(pa.chunked_array([pa.array(exact)]), joined, "0")
+            value = np.asarray(digits.cast(pa.uint64()), dtype=np.uint64)
+            keys[exact] = (value * np.uint64(32) + np.asarray(length, dtype=np.uint64))[exact]
+    if not exact.all():
+        rest = np.flatnonzero(~exact)
+        strings = pd.Series(pd.arrays.ArrowStringArray(joined), copy=False).iloc[rest]
+        hashed = pd.util.hash_pandas_object(strings, index=False).to_numpy(dtype=np.uint64)
+        keys[rest] = hashed | np.uint64(1 << 63)
+    return keys
 
 
 class UniqueAccumulator:
-    """Collects (hash, row) pairs of one uniqueness expectation across chunks."""
+    """Collects (key, row) pairs of one uniqueness expectation across chunks.
 
-    def __init__(self, expectation: dict[str, Any]) -> None:
+    With ``spill`` (a folder) the pairs go to disk in ``buckets`` files by key, so memory
+    stays bounded whatever the file's size; :meth:`duplicates` then reads one bucket at a
+    time (equal keys share a bucket).
+    """
+
+    def __init__(
+        self, expectation: dict[str, Any], spill: Path | None = None, buckets: int = 1
+    ) -> None:
         kwargs = expectation["kwargs"]
         self.expectation = expectation
         self.columns: list[str] = list(kwargs.get("column_list", [kwargs.get("column")]))
         self._hashes: list[np.ndarray] = []
         self._rows: list[np.ndarray] = []
+        self._spill = spill
+        self._buckets = max(1, buckets) if spill is not None else 1
+        if spill is not None:
+            spill.mkdir(parents=True, exist_ok=True)
 
     @property
     def label(self) -> str:
         return ",".join(self.columns)
 
+    def _paths(self, bucket: int) -> tuple[Path, Path]:
+        assert self._spill is not None
+        return self._spill / f"{bucket:04d}.key", self._spill / f"{bucket:04d}.row"
+
     def add(self, arrays: list[pa.ChunkedArray], rows: np.ndarray) -> None:
-        self._hashes.append(key_hash(arrays))
-        self._rows.append(np.asarray(rows, dtype=np.int64))
+        keys = key_hash(arrays)
+        rows = np.asarray(rows, dtype=np.int64)
+        if self._spill is None:
+            self._hashes.append(keys)
+            self._rows.append(rows)
+            return
+        bucket = (keys % np.uint64(self._buckets)).astype(np.int64)
+        order = np.argsort(bucket, kind="stable")
+        bounds = np.searchsorted(bucket[order], np.arange(self._buckets + 1))
+        for k in range(self._buckets):  # a loop over buckets, not over rows
+            part = order[bounds[k] : bounds[k + 1]]
+            if part.size:
+                key_path, row_path = self._paths(k)
+                with key_path.open("ab") as handle:
+                    handle.write(keys[part].tobytes())
+                with row_path.open("ab") as handle:
+                    handle.write(rows[part].tobytes())
+
+    @staticmethod
+    def _repeated(keys: np.ndarray, rows: np.ndarray) -> np.ndarray:
+        order = np.argsort(keys, kind="stable")
+        ordered = keys[order]
+        same_as_next = ordered[1:] == ordered[:-1]
+        repeated = np.zeros(ordered.size, dtype=bool)
+        repeated[1:] |= same_as_next
+        repeated[:-1] |= same_as_next
+        return rows[order[repeated]]
+
+    def duplicates(self, keep: int) -> tuple[int, np.ndarray]:
+        """(rows whose key occurs more than once, the ``keep`` smallest of them, sorted)."""
+        count, first = 0, np.zeros(0, dtype=np.int64)
+        if self._spill is None:
+            parts = [(np.concatenate(self._hashes), np.concatenate(self._rows))] if (
+                self._hashes
+            ) else []
+        else:
+            parts = (
+                (np.fromfile(key, dtype=np.uint64), np.fromfile(row, dtype=np.int64))
+                for key, row in (self._paths(k) for k in range(self._buckets))
+                if key.is_file()
+            )
+        for keys, rows in parts:
+            repeated = self._repeated(keys, rows)
+            count += repeated.size
+            first = np.sort(np.concatenate([first, np.sort(repeated)[:keep]]))[:keep]
+        return count, first
 
     def duplicate_rows(self) -> np.ndarray:
         """Sorted rows whose key occurs more than once in the file (every occurrence)."""
         if not self._hashes:
             return np.zeros(0, dtype=np.int64)
-        hashes = np.concatenate(self._hashes)
-        rows = np.concatenate(self._rows)
-        order = np.argsort(hashes, kind="stable")
-        ordered = hashes[order]
-        same_as_next = ordered[1:] == ordered[:-1]
-        repeated = np.zeros(ordered.size, dtype=bool)
-        repeated[1:] |= same_as_next
-        repeated[:-1] |= same_as_next
-        return np.sort(rows[order[repeated]])
+        return np.sort(self._repeated(np.concatenate(self._hashes), np.concatenate(self._rows)))

@@ -1,0 +1,342 @@
+"""SafeTab-P at national scale, step 1: the geography and the person file, spilled per state.
+
+The in-memory engine (:func:`das.safetab_p.engine.run_safetab_p`) holds the person file; at
+national scale (≈330 M records) that does not fit a 24 GiB machine, so the streamed engine
+(:mod:`das.safetab_p.streamed`) works from a *work folder* the caller gives (inside the
+enclave: it holds record-level data) and touches the person file exactly once, here:
+
+* :func:`prepare_geography` reads the GRF-C (public geography) and writes, per pass, the
+  sorted block keys, each block's *geounit* (the distinct combination of state, county,
+  tract, place and AIANNH area its persons are tabulated in) and, per tabulated geography, the
+  entity of each geounit and the entities' REGION_IDs; plus the coterminous sets.
+* :func:`spill_persons` streams the person file chunk by chunk (text or Parquet readers of
+  :mod:`das.io.safetab_p`) and appends each record, reduced to four integers, to its state's
+  spill: ``geounit`` (int32), the race/ethnicity combination as two packed words ``lo``/``hi``
+  (:class:`CombinationCodec`), and ``sexage`` = sex · 23 + age23 bin (uint8). Records whose
+  block is not in the GRF-C, or whose state no enabled pass tabulates, are out of universe and
+  dropped (as in the in-memory engine). 21 bytes per record on disk, one chunk in memory.
+
+Work folder layout (``<work>/``)::
+
+    geography/<PASS>/blocks.npy           sorted int64 block keys of the pass (SSCCCTTTTTTBBBB)
+    geography/<PASS>/block_geounit.npy    geounit of each block (int32)
+    geography/<PASS>/geounit_state.npy    state FIPS of each geounit (int16)
+    geography/<PASS>/entity-<GEO>.npy     entity of each geounit at GEO (int64, -1 none)
+    geography/<PASS>/regions-<GEO>.npy    REGION_IDs of GEO's entities, sorted (unicode)
+    geography/<PASS>/coterminous.parquet  coterminous sets derived from the GRF-C
+    spill/<SS>/{geounit,lo,hi,sexage}.bin the records of state SS
+"""
+
+from __future__ import annotations
+
+import json
+import shutil
+from dataclasses import dataclass
+from pathlib import Path
+
+import numpy as np
+import pandas as pd
+
+from das.io.arrays import RawColumns
+from das.io.safetab_p import RACE_COLUMNS, block_key, iter_person_records
+from das.io.tables import DEFAULT_CHUNK_BYTES
+from das.safetab_p.coterminous import coterminous_sets
+from das.safetab_p.iterations import code_positions
+from das.safetab_p.keys import geography_entities, pass_blocks
+from das.safetab_p.measure import AGE_EDGES, N_AGE23
+from das.specs.config import SafeTabGeography, SafeTabPConfig
+from das.specs.race_specs import RaceEthnicitySpecs
+
+PASSES = ("US", "PR")
+SPILL_COLUMNS = {"geounit": np.int32, "lo": np.uint64, "hi": np.uint64, "sexage": np.uint8}
+N_SEXAGE = 2 * N_AGE23
+_MAX_CODE = 9_999
+_SLOTS = len(RACE_COLUMNS)
+
+
+# ---------------------------------------------------------------------------- combinations
+
+
+class CombinationCodec:
+    """A record's race codes and QSPAN packed losslessly into two uint64 words (``lo``, ``hi``).
+
+    Each code becomes its position in the spec code list + 1 (0 = Null, ``n_codes + 1`` = a
+    code the specs do not list), ``bits`` bits wide; the eight race values, sorted, and the
+    QSPAN value are laid end to end as a 9·bits-bit number (≤ 126 bits, since codes are
+    4-digit). Equal words ⇔ equal multisets of positions, which is all the iterations depend
+    on (:func:`das.safetab_p.iterations.position_incidence`).
+    """
+
+    def __init__(self, specs: RaceEthnicitySpecs) -> None:
+        self.n_codes = specs.n_codes
+        self.bits = (self.n_codes + 1).bit_length()
+        if 9 * self.bits > 128:
+            raise ValueError("the code list is too long to pack a combination in 128 bits")
+        # value of every 4-digit code: position + 1 (code_positions gives n_codes if unlisted)
+        values = code_positions(specs, np.arange(_MAX_CODE + 1, dtype=np.int64)) + 1
+        values[0] = 0  # the engine value of a Null slot
+        self._value = values.astype(np.uint64)
+
+    def _values(self, codes: np.ndarray) -> np.ndarray:
+        codes = np.asarray(codes)
+        if codes.size and (codes.min() < 0 or codes.max() > _MAX_CODE):  # not from the reader
+            inside = (codes >= 0) & (codes <= _MAX_CODE)
+            clipped = np.clip(codes, 0, _MAX_CODE).astype(np.intp)
+            return np.where(inside, self._value[clipped], np.uint64(self.n_codes + 1))
+        return self._value[codes.astype(np.intp)]
+
+    def pack(self, race_codes: np.ndarray, qspan: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+        """(lo, hi) of each record; ``race_codes`` (n, 8) with 0 for Null, ``qspan`` (n,)."""
+        race = np.sort(self._values(race_codes), axis=1)
+        fields = [*(race[:, k] for k in range(race.shape[1])), self._values(qspan)]
+        lo = np.zeros(len(qspan), dtype=np.uint64)
+        hi = np.zeros(len(qspan), dtype=np.uint64)
+        for index, value in enumerate(fields):
+            offset = index * self.bits
+            value = value.astype(np.uint64)
+            if offset + self.bits <= 64:
+                lo |= value << np.uint64(offset)
+            elif offset >= 64:
+                hi |= value << np.uint64(offset - 64)
+            else:  # straddles the two words
+                lo |= value << np.uint64(offset)
+                hi |= value >> np.uint64(64 - offset)
+        return lo, hi
+
+    def unpack(self, lo: np.ndarray, hi: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+        """(positions (m, 8), qspan positions (m,)): −1 for Null, ``n_codes`` if unlisted."""
+        lo = np.asarray(lo, dtype=np.uint64)
+        hi = np.asarray(hi, dtype=np.uint64)
+        mask = np.uint64((1 << self.bits) - 1)
+        values = np.empty((lo.size, _SLOTS + 1), dtype=np.int64)
+        for index in range(_SLOTS + 1):
+            offset = index * self.bits
+            if offset + self.bits <= 64:
+                value = (lo >> np.uint64(offset)) & mask
+            elif offset >= 64:
+                value = (hi >> np.uint64(offset - 64)) & mask
+            else:
+                value = ((lo >> np.uint64(offset)) | (hi << np.uint64(64 - offset))) & mask
+            values[:, index] = value.astype(np.int64)
+        positions = values - 1  # Null (0) → −1; unlisted (n_codes + 1) → n_codes
+        return positions[:, :_SLOTS], positions[:, _SLOTS]
+
+
+def combination_ids(lo: np.ndarray, hi: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """(id per record, lo and hi of each distinct combination): ids 0.. in first-seen order."""
+    ids = pd.factorize(lo)[0]
+    ids = ids.astype(np.int64)
+    if hi.size and np.any(hi):
+        hi_ids, _ = pd.factorize(hi)
+        ids, _ = pd.factorize(ids * (int(hi_ids.max()) + 1) + hi_ids)
+        ids = ids.astype(np.int64)
+    n = int(ids.max()) + 1 if ids.size else 0
+    first = np.zeros(n, dtype=np.int64)
+    first[ids[::-1]] = np.arange(ids.size - 1, -1, -1)
+    return ids, lo[first], hi[first]
+
+
+def sexage(qsex: np.ndarray, qage: np.ndarray) -> np.ndarray:
+    """sex · 23 + age23 bin, as the in-memory engine bins them (QSEX 2 → 1, right-open ages)."""
+    sex = (np.asarray(qsex).astype(np.int64) == 2).astype(np.int64)
+    age23 = np.digitize(np.asarray(qage).astype(np.int64), AGE_EDGES[3])
+    return (sex * N_AGE23 + age23).astype(np.uint8)
+
+
+# ---------------------------------------------------------------------------- work folder
+
+
+@dataclass(frozen=True)
+class WorkFolder:
+    """Paths of the streamed engine's intermediate data (see the module docstring)."""
+
+    root: Path
+
+    def __post_init__(self) -> None:
+        object.__setattr__(self, "root", Path(self.root))
+
+    def geography(self, pass_name: str) -> Path:
+        return self.root / "geography" / pass_name
+
+    def spill(self, state: int) -> RawColumns:
+        return RawColumns(self.root / "spill" / f"{state:02d}", SPILL_COLUMNS)
+
+    def spilled_states(self) -> list[int]:
+        folder = self.root / "spill"
+        if not folder.is_dir():
+            return []
+        return sorted(int(p.name) for p in folder.iterdir() if p.is_dir() and p.name.isdigit())
+
+    def level(self, partition: str) -> Path:
+        return self.root / "levels" / partition.replace("/", "__")
+
+    def noise(self) -> Path:
+        return self.root / "noise"
+
+
+# ---------------------------------------------------------------------------- geography
+
+
+def tabulated_geographies(config: SafeTabPConfig, pass_name: str) -> list[SafeTabGeography]:
+    """Geographies with a tabulated level in the pass, in release order (as the engine)."""
+    levels = [lv for lv in config.tabulated_levels() if lv.geography.pass_name == pass_name]
+    return [g for g in SafeTabGeography if any(lv.geography is g for lv in levels)]
+
+
+@dataclass(frozen=True)
+class PassGeography:
+    """One pass's geography as integer maps (read back from the work folder)."""
+
+    pass_name: str
+    geographies: tuple[SafeTabGeography, ...]
+    blocks: np.ndarray  # sorted block keys
+    block_geounit: np.ndarray
+    geounit_state: np.ndarray
+    geounit_entity: dict[SafeTabGeography, np.ndarray]
+    region_ids: dict[SafeTabGeography, np.ndarray]
+
+    @property
+    def states(self) -> list[int]:
+        return sorted({int(s) for s in np.unique(self.geounit_state)})
+
+    def state_geounits(self, state: int) -> tuple[int, int]:
+        """The geounit range [start, stop) of a state (geounits are numbered state by state)."""
+        inside = np.flatnonzero(self.geounit_state == state)
+        if inside.size == 0:
+            return 0, 0
+        return int(inside[0]), int(inside[-1]) + 1
+
+    def state_entities(self, geography: SafeTabGeography, state: int) -> tuple[int, int]:
+        """Entity range [start, stop) of a state at a geography contained in states."""
+        start, stop = self.state_geounits(state)
+        entity = self.geounit_entity[geography][start:stop]
+        entity = entity[entity >= 0]
+        if entity.size == 0:
+            return 0, 0
+        return int(entity.min()), int(entity.max()) + 1
+
+
+def prepare_geography(config: SafeTabPConfig, grfc: pd.DataFrame, work: WorkFolder) -> None:
+    """Write each enabled pass's geography maps and coterminous sets (see the module docstring).
+
+    Geounits are numbered in block order, so a state's geounits, and its entities at every
+    geography but USA and AIANNH, form contiguous ranges in the engine's (sorted) order.
+    """
+    for pass_name in PASSES:
+        geographies = tabulated_geographies(config, pass_name)
+        folder = work.geography(pass_name)
+        if folder.exists():
+            shutil.rmtree(folder)
+        if not geographies:
+            continue
+        folder.mkdir(parents=True)
+        blocks = pass_blocks(grfc, config, pass_name)
+        entities = [geography_entities(blocks, g) for g in geographies]
+        state = blocks["TABBLKST"].to_numpy().astype(np.int64)
+        geounit = pd.factorize(state)[0].astype(np.int64)
+        for level in entities:
+            geounit = pd.factorize(geounit * (level.size + 1) + (level.block_entity + 1))[0]
+            geounit = geounit.astype(np.int64)
+        n_geounits = int(geounit.max()) + 1 if geounit.size else 0
+        first = np.zeros(n_geounits, dtype=np.int64)
+        first[geounit[::-1]] = np.arange(geounit.size - 1, -1, -1)
+        np.save(folder / "blocks.npy", block_key(blocks))
+        np.save(folder / "block_geounit.npy", geounit.astype(np.int32))
+        np.save(folder / "geounit_state.npy", state[first].astype(np.int16))
+        for level in entities:
+            name = level.geography.value
+            np.save(folder / f"entity-{name}.npy", level.block_entity[first])
+            np.save(folder / f"regions-{name}.npy", level.region_ids)
+        sets = coterminous_sets(entities)
+        sets.to_parquet(folder / "coterminous.parquet", index=False)
+        (folder / "geographies.json").write_text(json.dumps([g.value for g in geographies]))
+
+
+def load_geography(work: WorkFolder, pass_name: str) -> PassGeography | None:
+    """A pass's geography maps (None when the pass is not tabulated)."""
+    folder = work.geography(pass_name)
+    names_file = folder / "geographies.json"
+    if not names_file.is_file():
+        return None
+    geographies = tuple(SafeTabGeography(name) for name in json.loads(names_file.read_text()))
+    return PassGeography(
+        pass_name=pass_name,
+        geographies=geographies,
+        blocks=np.load(folder / "blocks.npy"),
+        block_geounit=np.load(folder / "block_geounit.npy"),
+        geounit_state=np.load(folder / "geounit_state.npy"),
+        geounit_entity={g: np.load(folder / f"entity-{g.value}.npy") for g in geographies},
+        region_ids={g: np.load(folder / f"regions-{g.value}.npy") for g in geographies},
+    )
+
+
+def derived_sets(work: WorkFolder, pass_name: str) -> pd.DataFrame:
+    """The coterminous sets :func:`prepare_geography` derived for a pass."""
+    sets = pd.read_parquet(work.geography(pass_name) / "coterminous.parquet")
+    return sets.astype({"REGION_TYPE": str, "REGION_ID": str})
+
+
+# ---------------------------------------------------------------------------- person spill
+
+
+@dataclass(frozen=True)
+class SpillSummary:
+    """What :func:`spill_persons` did (file-level counts for the curator's local log only)."""
+
+    rows_read: int
+    rows_spilled: int
+    chunks: int
+    states: tuple[int, ...]
+
+
+def spill_persons(
+    config: SafeTabPConfig,
+    specs: RaceEthnicitySpecs,
+    person_path: str | Path,
+    work: WorkFolder,
+    chunk_bytes: int = DEFAULT_CHUNK_BYTES,
+) -> SpillSummary:
+    """Stream the person file into per-state spills (after :func:`prepare_geography`).
+
+    Replaces any spill a previous attempt left. Vectorized per chunk; the only Python loop is
+    over the states present in a chunk.
+    """
+    spill_root = work.root / "spill"
+    if spill_root.exists():
+        shutil.rmtree(spill_root)
+    codec = CombinationCodec(specs)
+    passes = [g for g in (load_geography(work, p) for p in PASSES) if g is not None]
+    keys = np.concatenate([g.blocks for g in passes]) if passes else np.zeros(0, np.int64)
+    order = np.argsort(keys, kind="stable")
+    sorted_keys = keys[order]
+    geounits = np.concatenate([g.block_geounit for g in passes]) if passes else keys
+    block_geounit = geounits.astype(np.int32)[order]
+    rows_read = rows_spilled = chunks = 0
+    states: set[int] = set()
+    for chunk in iter_person_records(person_path, chunk_bytes):
+        chunks += 1
+        rows_read += len(chunk)
+        person_keys = block_key(chunk)
+        if sorted_keys.size == 0:
+            continue
+        position = np.minimum(np.searchsorted(sorted_keys, person_keys), sorted_keys.size - 1)
+        known = sorted_keys[position] == person_keys
+        if not known.any():
+            continue
+        chunk = chunk.loc[known]
+        position = position[known]
+        race = np.column_stack([chunk[name].to_numpy() for name in RACE_COLUMNS])
+        lo, hi = codec.pack(race, chunk["QSPAN"].to_numpy())
+        columns = {
+            "geounit": block_geounit[position],
+            "lo": lo,
+            "hi": hi,
+            "sexage": sexage(chunk["QSEX"].to_numpy(), chunk["QAGE"].to_numpy()),
+        }
+        state = chunk["TABBLKST"].to_numpy().astype(np.int64)
+        for fips in np.unique(state).tolist():  # at most 52 per chunk
+            mine = state == fips
+            work.spill(fips).append({name: values[mine] for name, values in columns.items()})
+            states.add(fips)
+        rows_spilled += int(known.sum())
+    return SpillSummary(rows_read, rows_spilled, chunks, tuple(sorted(states)))
