@@ -1,16 +1,18 @@
-"""The ``phsafe`` flow: validate → load → measure tables (in parallel) → derived tables →
-statistical postprocessing → write → publish.
+"""The ``phsafe`` flow: validate → spill records by household bucket → true counts per bucket
+→ measure tables (in parallel) → derived tables → statistical postprocessing → write → publish.
 
 The Prefect face of ``das run phsafe`` (one pass per config: ``state_filter ["72"]`` is Puerto
-Rico, else the US). :func:`tasks.run_context.release_run` first checks the production policy,
-the output lock, the identity of a resumed run and the dataset's privacy ledger. The records are
-read by a task on the cluster and stay there; each table (truncate-and-join once, then its
-queries) is a task, run in parallel on the task runner, that gets the records from the cluster.
+Rico, else the US), over the bucketed engine (the same release as the in-memory
+:func:`das.phsafe.engine.run_phsafe`, in memory bounded whatever the input size:
+:mod:`das.phsafe.streamed`). :func:`tasks.run_context.release_run` first checks the production
+policy, the output lock, the identity of a resumed run and the dataset's privacy ledger. Buckets
+and tables run in parallel on the task runner; tasks exchange paths into the run's work folder.
 Every draw is persisted in ``OUT.das/runs/<run-id>/`` with its ledger entry, so a rerun with the
 same run id (by default the Prefect flow-run id: Prefect's Retry) reuses the noise already drawn
-and never spends budget twice; the postprocessing seed is persisted too, so the resumed release
-equals an uninterrupted one. The release is built in a staging folder and renamed into ``OUT``
-whole. ``seed`` is for tests and demos only (refused under ``DAS_PRODUCTION=1``).
+and never spends budget twice; completed steps are not redone; the postprocessing seed is
+persisted too, so the resumed release equals an uninterrupted one. The release is built in a
+staging folder and renamed into ``OUT`` whole. ``seed`` is for tests and demos only (refused
+under ``DAS_PRODUCTION=1``).
 """
 
 from __future__ import annotations
@@ -26,16 +28,17 @@ from prefect import flow  # noqa: E402
 from das.postprocess.phsafe import estimates_diagnostics  # noqa: E402
 from das.privacy.accounting import summarize  # noqa: E402
 from flows.runner import task_runner_from_env  # noqa: E402
-from tasks.common import record_draws, validation_gate, wait_in_cluster  # noqa: E402
+from tasks.common import record_draws, run_once, validation_gate  # noqa: E402
 from tasks.phsafe import (  # noqa: E402
+    count_bucket_task,
     derived_tables,
-    load_records,
     measure_table_task,
     pass_accountant,
     plan_pass,
     plan_run,
     postprocess_task,
     run_inputs,
+    spill_records,
     write_outputs,
 )
 from tasks.run_context import RunRequest, release_run, resolve_path  # noqa: E402
@@ -91,17 +94,33 @@ def phsafe_flow(
     )
     inputs = run_inputs(config_path, data_dir)
     with release_run(request, inputs, plan_run(config_path)) as run:
-        folder, audit = run.folder, run.audit
-        validation_gate(PRODUCT, audit, str(config_path), str(data_dir), folder, skip_validation)
-        with audit.stage("load"):
-            plan = plan_pass(str(config_path))
-            records = load_records.submit(plan.config, str(data_dir), folder)
-            wait_in_cluster(records)
+        folder, audit, steps = run.folder, run.audit, run.steps
+        validation_gate(
+            PRODUCT, audit, str(config_path), str(data_dir), folder, skip_validation, steps
+        )
+        plan = plan_pass(str(config_path))
+        work = str(folder.root / "work")
+        with audit.stage("spill"):
+            buckets = run_once(
+                steps, "spill", lambda: spill_records(plan.config, str(data_dir), work, folder)
+            )
+        with audit.stage("counts"):
+            run_once(
+                steps,
+                "counts",
+                lambda: [
+                    future.result()
+                    for future in [
+                        count_bucket_task.submit(plan.config, work, bucket)
+                        for bucket in range(buckets)
+                    ]
+                ],
+            )
         run.start_drawing()
         with audit.stage("measure"):
             futures = [
                 measure_table_task.submit(
-                    plan.config, table, queries, records, folder, seed, run.lease
+                    plan.config, table, queries, work, folder, seed, run.lease
                 )
                 for table, queries in plan.queries.items()
             ]

@@ -1,15 +1,19 @@
-"""The ``safetab-p`` flow: validate → load → measure levels (in parallel) → postprocess →
-coterminous → write → publish.
+"""The ``safetab-p`` flow: validate → geography → spill persons → true totals per state →
+measure levels → cells per state → write → publish.
 
-The Prefect face of ``das run safetab-p`` (same engine, same outputs). Before anything is read or
-touched, :func:`tasks.run_context.release_run` checks the production policy, the output lock, the
+The Prefect face of ``das run safetab-p``, over the streamed engine (the same release as the
+in-memory :func:`das.safetab_p.engine.run_safetab_p`, in memory bounded whatever the size of
+the input: :mod:`das.safetab_p.streamed`). Before anything is read or touched,
+:func:`tasks.run_context.release_run` checks the production policy, the output lock, the
 identity of a resumed run and the dataset's privacy ledger (a refusal raises ``RunRefused``).
-Levels run in parallel through the task runner (:func:`flows.runner.task_runner_from_env`).
-Every draw is persisted in the run folder ``OUT.das/runs/<run-id>/`` with its ledger entry, so
-rerunning a failed run with the same run id (by default the Prefect flow-run id: Prefect's Retry)
-reuses the noise already drawn and never spends budget twice. The release is built in a staging
-folder and renamed into ``OUT`` whole, with its audit and manifest. ``seed`` is for tests and
-demos only (refused under ``DAS_PRODUCTION=1``).
+States and levels run in parallel through the task runner (:func:`flows.runner.
+task_runner_from_env`); tasks exchange paths into the run's work folder, never frames. Every
+draw is persisted in ``OUT.das/runs/<run-id>/`` with its ledger entry, so rerunning a failed run
+with the same run id (by default the Prefect flow-run id: Prefect's Retry) reuses the noise
+already drawn and never spends budget twice; completed steps are not redone
+(:mod:`das.runs.steps`). The release is built in a staging folder and renamed into ``OUT``
+whole, with its audit and manifest. ``seed`` is for tests and demos only (refused under
+``DAS_PRODUCTION=1``).
 """
 
 from __future__ import annotations
@@ -24,23 +28,30 @@ from prefect import flow  # noqa: E402
 
 from das.privacy.accounting import PrivacyAccountant, summarize  # noqa: E402
 from flows.runner import task_runner_from_env  # noqa: E402
-from tasks.common import record_draws, validation_gate  # noqa: E402
+from tasks.common import record_draws, run_once, validation_gate  # noqa: E402
 from tasks.run_context import RunRequest, release_run, resolve_path  # noqa: E402
 from tasks.safetab_p import (  # noqa: E402
-    PASSES,
-    fix_coterminous,
-    load_inputs,
+    SafeTabPJob,
+    combine_cells_task,
+    combine_totals_task,
+    count_state_cells_task,
+    count_state_totals_task,
     measure_level_task,
     pass_accountant,
     plan_run,
-    postprocess_level,
-    prepare_pass,
+    prepare_geography_task,
     run_inputs,
+    spill_persons_task,
     write_tables,
 )
 
 PRODUCT = "safetab-p"
 DEFAULT_DELTA = 1e-10
+
+
+def _per_state(task_fn: Any, job: SafeTabPJob, states: list[int]) -> list[int]:
+    """One task per state, in parallel on the task runner; the states done."""
+    return [future.result() for future in [task_fn.submit(job, state) for state in states]]
 
 
 # The task runner is read from the environment at import (deployment workers); `das run`
@@ -90,51 +101,47 @@ def safetab_p_flow(
     )
     inputs = run_inputs(config_path, data_dir, coterminous_path)
     with release_run(request, inputs, plan_run(config_path)) as run:
-        folder, audit = run.folder, run.audit
-        validation_gate(PRODUCT, audit, str(config_path), str(data_dir), folder, skip_validation)
-        with audit.stage("load"):
-            loaded = load_inputs(str(config_path), str(data_dir), folder)
-            cot = None if coterminous_path is None else str(coterminous_path)
-            contexts = {name: prepare_pass(loaded, name, folder, cot) for name in PASSES}
-            contexts = {name: ctx for name, ctx in contexts.items() if ctx is not None}
+        folder, audit, steps = run.folder, run.audit, run.steps
+        validation_gate(
+            PRODUCT, audit, str(config_path), str(data_dir), folder, skip_validation, steps
+        )
+        job = SafeTabPJob(
+            str(config_path),
+            str(data_dir),
+            str(folder.root / "work"),
+            None if coterminous_path is None else str(coterminous_path),
+        )
+        with audit.stage("geography"):
+            run_once(steps, "geography", lambda: prepare_geography_task(job))
+        with audit.stage("spill"):
+            states = run_once(steps, "spill", lambda: spill_persons_task(job, folder))
+        with audit.stage("totals"):
+            run_once(steps, "totals", lambda: _per_state(count_state_totals_task, job, states))
+            run_once(steps, "combine-totals", lambda: combine_totals_task(job))
         run.start_drawing()
+        partitions = job.partitions()
         with audit.stage("measure"):
             futures = {
                 name: [
-                    measure_level_task.submit(
-                        loaded.config, loaded.specs, ctx, level, folder, seed, run.lease
-                    )
-                    for level in ctx.levels
+                    measure_level_task.submit(job, partition, folder, seed, run.lease)
+                    for partition in levels
                 ]
-                for name, ctx in contexts.items()
+                for name, levels in partitions.items()
             }
             results = {name: [f.result() for f in fs] for name, fs in futures.items()}
             record_draws(audit, [r for rs in results.values() for r in rs], "levels")
         accountants: dict[str, PrivacyAccountant] = {
-            name: pass_accountant(loaded.config, contexts[name], results[name])
-            for name in contexts
+            name: pass_accountant(job, name, levels) for name, levels in results.items()
         }
         audit.update(
             ledger={name: acc.to_dict() for name, acc in accountants.items()},
             totals={name: summarize(acc, delta).to_dict() for name, acc in accountants.items()},
         )
-        with audit.stage("postprocess"):
-            parts = {
-                name: [
-                    postprocess_level.submit(loaded.config, contexts[name], result)
-                    for result in results[name]
-                ]
-                for name in contexts
-            }
-            parts = {name: [f.result() for f in fs] for name, fs in parts.items()}
-        with audit.stage("coterminous"):
-            tables: dict[str, list] = {"t1": [], "t2": []}
-            for name in contexts:
-                t1, t2 = fix_coterminous(contexts[name], parts[name])
-                tables["t1"].append(t1)
-                tables["t2"].append(t2)
+        with audit.stage("cells"):
+            run_once(steps, "cells", lambda: _per_state(count_state_cells_task, job, states))
+            run_once(steps, "combine-cells", lambda: combine_cells_task(job))
         with audit.stage("write"):
-            outputs = write_tables(tables, str(run.staging))
+            outputs = write_tables(job, str(run.staging))
         with audit.stage("publish"):
             run.publish(outputs, accountants, delta)
     return audit.record

@@ -1,5 +1,5 @@
 """What the product flows share besides the release run itself (:mod:`tasks.run_context`): the
-run log file, the validation gate, waiting on the cluster, combining per-partition ledgers, and
+run log file, the validation gate, steps done once per run, combining per-partition ledgers, and
 the Prefect artifacts (privacy spend per pass, the audit summary, the validation report link).
 
 Artifacts and logs carry stage names, timings, hashes, budgets, noise parameters and noisy row
@@ -16,12 +16,10 @@ configure_offline()
 import contextlib  # noqa: E402
 import json  # noqa: E402
 import logging  # noqa: E402
-import operator  # noqa: E402
 from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence  # noqa: E402
 from pathlib import Path  # noqa: E402
 from typing import Any  # noqa: E402
 
-import distributed  # noqa: E402
 from prefect import get_run_logger, task  # noqa: E402
 from prefect.artifacts import (  # noqa: E402
     create_link_artifact,
@@ -29,12 +27,12 @@ from prefect.artifacts import (  # noqa: E402
     create_table_artifact,
 )
 from prefect.cache_policies import NO_CACHE  # noqa: E402
-from prefect.futures import PrefectFuture  # noqa: E402
 
 from das.privacy.accounting import Measurement, PrivacyAccountant, compose, summarize  # noqa: E402
 from das.privacy.report import measurement_row  # noqa: E402
 from das.runs.audit import AuditRecorder, audit_markdown, md_escape  # noqa: E402
 from das.runs.folder import RunFolder  # noqa: E402
+from das.runs.steps import RunSteps  # noqa: E402
 from das.validation.report import ValidationFailed  # noqa: E402
 
 # Loggers whose records go to the run's log file: the flow and task run loggers, the engine.
@@ -195,26 +193,6 @@ def stored_ledgers(folder: RunFolder) -> dict[str, Any]:
     }
 
 
-def wait_in_cluster(future: PrefectFuture[Any]) -> None:
-    """Wait for a submitted task without bringing its result to the flow process; raise its
-    own error when it failed.
-
-    On a Dask task runner the result (e.g. the confidential records every table is counted
-    from) stays on the worker that computed it, and the tasks that take the future as a
-    parameter get it from the cluster: at most once per worker, never once per task. Whether
-    the task completed is computed where its state lives, so only a boolean travels; other
-    task runners hold their results in this process anyway.
-    """
-    wrapped = getattr(future, "wrapped_future", None)
-    if not isinstance(wrapped, distributed.Future):
-        future.result()  # already in this process; raises the task's error if it failed
-        return
-    check = wrapped.client.submit(operator.methodcaller("is_completed"), wrapped, pure=False)
-    if not check.result():
-        future.result()  # a state that did not complete re-raises the task's own error
-        raise RuntimeError(f"task run {future.task_run_id} did not complete")
-
-
 def found_inputs(
     data_dir: str | Path, resolvers: Iterable[Callable[[str | Path], Path]]
 ) -> dict[str, Path]:
@@ -260,22 +238,43 @@ def validation_gate(
     data: str,
     folder: RunFolder,
     skip: bool,
+    steps: RunSteps | None = None,
 ) -> None:
     """Validate the inputs (or record that the operator skipped it); raise
-    :class:`ValidationFailed` before any noise is drawn when they are invalid."""
+    :class:`ValidationFailed` before any noise is drawn when they are invalid. A resumed run
+    whose earlier attempt validated these very inputs (same identity) reuses that verdict."""
     with audit.stage("validate"):
         if skip:
             audit.update(validation={"skipped": True})
             get_run_logger().info("validation skipped (--skip-validation)")
             return
+        earlier = steps.done("validate") if steps is not None else None
+        if earlier is not None:
+            audit.update(validation={**earlier["result"], "from_earlier_attempt": True})
+            get_run_logger().info("inputs unchanged since an earlier attempt validated them")
+            return
         summary = validate_inputs(product, str(config), str(data), str(folder.validation_dir))
         audit.update(validation=summary)
+        if summary["ok"] and steps is not None:
+            steps.mark("validate", result=summary)
         if not summary["ok"]:
             raise ValidationFailed(
                 f"inputs are not valid: {summary['errors']} error(s) in checks "
                 f"{', '.join(summary['failed_checks'])}; report in "
                 f"{summary['report_dir']}; no noise was drawn"
             )
+
+
+def run_once(steps: RunSteps, name: str, call: Callable[[], Any]) -> Any:
+    """``call()`` unless an earlier attempt of this run completed step ``name`` (then its
+    recorded result); marks the step complete afterwards. Results must be JSON values."""
+    earlier = steps.done(name)
+    if earlier is not None:
+        get_run_logger().info("step %s: done by an earlier attempt, not repeated", name)
+        return earlier.get("result")
+    result = call()
+    steps.mark(name, result=result)
+    return result
 
 
 def record_draws(audit: AuditRecorder, results: Sequence[Any], what: str) -> None:

@@ -1,11 +1,12 @@
-"""Prefect tasks of the PHSafe flow: plan → load records → measure one table (truncate-and-join,
-every query) → statistical postprocessing → write.
+"""Prefect tasks of the PHSafe flow, over the bucketed engine (:mod:`das.phsafe.streamed`):
+plan → spill the records by household bucket → true counts per bucket → measure one table →
+statistical postprocessing → write.
 
-Each task calls the engine (:mod:`das.phsafe`, :mod:`das.postprocess`); this module adds
-retries on I/O, progress logs (counts of tables, queries and rows, never values) and the
-persisted noise store that makes a rerun reuse every draw already made
-(:mod:`das.runs.noise_store`). As in the SafeTab-P tasks, no result is cached or persisted:
-results hold confidential frames, and the ledger, not a result cache, prevents redraws.
+Tasks exchange paths into the run's work folder and small records (the measured tables are
+states × iterations × cells), never the records: they run as well on a Dask cluster of separate
+machines sharing a file system. Record counts go to the curator's local run log only. As in the
+SafeTab-P tasks, no result is cached or persisted: the ledger, not a result cache, prevents
+redraws.
 """
 
 from __future__ import annotations
@@ -23,20 +24,23 @@ import pandas as pd  # noqa: E402
 from prefect import get_run_logger, task  # noqa: E402
 from prefect.cache_policies import NO_CACHE  # noqa: E402
 
-from das.io.phsafe import PHSAFE_INPUTS, read_geo, read_persons, read_units  # noqa: E402
+from das.io.phsafe import PHSAFE_INPUTS  # noqa: E402
 from das.io.phsafe import input_paths as data_paths  # noqa: E402
 from das.io.tables import resolve_input  # noqa: E402
 from das.io.writers import file_sha256  # noqa: E402
 from das.phsafe.engine import (  # noqa: E402
-    PreparedRecords,
     add_derived_tables,
-    measure_table,
-    prepare_records,
     queries_by_table,
     write_table_folder,
 )
 from das.phsafe.measure import output_columns  # noqa: E402
 from das.phsafe.plan import plan_phsafe  # noqa: E402
+from das.phsafe.streamed import (  # noqa: E402
+    PHSafeWork,
+    count_bucket,
+    measure_table_streamed,
+    spill_phsafe,
+)
 from das.phsafe.tables import SHELLS  # noqa: E402
 from das.postprocess.phsafe import (  # noqa: E402
     estimates_name,
@@ -111,27 +115,30 @@ def plan_pass(config_path: str) -> PHSafePlan:
     return PHSafePlan(config, queries)
 
 
-@task(name="load-records", retries=2, retry_delay_seconds=2, cache_policy=NO_CACHE,
+@task(name="spill-records", retries=2, retry_delay_seconds=2, cache_policy=NO_CACHE,
       persist_result=False)  # fmt: skip
-def load_records(config: PHSafeConfig, data_dir: str, folder: RunFolder) -> PreparedRecords:
-    """Read the three input files and keep the pass's in-universe records.
+def spill_records(config: PHSafeConfig, data_dir: str, work: str, folder: RunFolder) -> int:
+    """Read the three input files once, in chunks, and partition the records each table can use
+    by household bucket (``MAFID mod B``) into the work folder; the number of buckets.
 
-    Submitted, not called: on a Dask cluster the records are read on a worker and stay in
-    the cluster (:func:`tasks.common.wait_in_cluster`). Record counts go to the curator's
-    local log only."""
-    paths = data_paths(data_dir)
-    persons = read_persons(paths["persons"])
-    units = read_units(paths["units"])
-    geo = read_geo(paths["geo"])
-    # File row counts, to the curator's local log only (never the Prefect server); the
-    # in-universe counts (occupied units, persons in them) are true counts of released tables
-    # and are logged nowhere.
+    File row counts go to the curator's local log only (never the Prefect server); the
+    in-universe counts (occupied units, persons in them) are true counts of released tables
+    and are logged nowhere."""
+    spilled = spill_phsafe(config, data_paths(data_dir), PHSafeWork(Path(work)))
     curator_log(
         folder, "pass %s: read %d persons, %d units, %d geo rows",
-        config.pass_name, len(persons), len(units), len(geo),
+        config.pass_name, spilled.rows_read["persons"], spilled.rows_read["units"],
+        spilled.rows_read["geo"],
     )  # fmt: skip
-    get_run_logger().info("pass %s: inputs read", config.pass_name)
-    return prepare_records(config, persons, units, geo)
+    get_run_logger().info("pass %s: records spilled into household buckets", config.pass_name)
+    return spilled.buckets
+
+
+@task(name="count-bucket", cache_policy=NO_CACHE, persist_result=False)
+def count_bucket_task(config: PHSafeConfig, work: str, bucket: int) -> int:
+    """True counts of every planned query from one bucket's households (to the work folder)."""
+    count_bucket(config, PHSafeWork(Path(work)), bucket)
+    return bucket
 
 
 @task(name="measure-table", cache_policy=NO_CACHE, persist_result=False)
@@ -139,12 +146,13 @@ def measure_table_task(
     config: PHSafeConfig,
     table: str,
     measurements: tuple[Measurement, ...],
-    records: PreparedRecords,
+    work: str,
     folder: RunFolder,
     seed: int | None,
     lease: RunLease | None = None,
 ) -> TableResult:
-    """Truncate-and-join, then every query of one table through its persisted noise store."""
+    """Every query of one table on the buckets' summed counts, each drawn through the table's
+    persisted noise store (reused on a rerun; checked against the run's lease)."""
     partition = table_partition(config.pass_name, table)
     store = NoiseStore.open(
         folder,
@@ -154,7 +162,9 @@ def measure_table_task(
         secure_streams() if seed is None else seeded_streams(seed),
         guard=None if lease is None else lease.check,
     )
-    frame = measure_table(table, list(measurements), config, records, store, store.accountant)
+    frame = measure_table_streamed(
+        config, PHSafeWork(Path(work)), table, store, store.accountant
+    )
     get_run_logger().info(
         "table %s measured: %d queries, %d rows; %d draws now, %d reused",
         partition, len(measurements), len(frame), len(store.fresh), len(store.reused),

@@ -57,6 +57,7 @@ from das.runs.policy import (  # noqa: E402
     privacy_markers,
 )
 from das.runs.release import OutputLock, ReleaseStager, RunLease, new_lease  # noqa: E402
+from das.runs.steps import RunSteps  # noqa: E402
 from tasks.common import (  # noqa: E402
     publish_audit_artifact,
     publish_privacy_artifacts,
@@ -178,6 +179,7 @@ class ReleaseRun:
     dataset: str
     markers: list[str]
     reserved: bool
+    steps: RunSteps
     drawing: bool = False
     published: dict[str, Any] | None = None
 
@@ -346,6 +348,7 @@ def release_run(
             dataset,
             markers,
             reserved=plan is not None,
+            steps=RunSteps(folder, audit.record["code_version"]),
         )
         with run_log_file(folder.log_path):
             logger = get_run_logger()

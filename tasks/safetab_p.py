@@ -1,11 +1,12 @@
-"""Prefect tasks of the SafeTab-P flow: load → prepare pass → measure level →
-postprocess level → coterminous fix → write → privacy artifacts.
+"""Prefect tasks of the SafeTab-P flow, over the streamed engine (:mod:`das.safetab_p.spill`,
+:mod:`das.safetab_p.streamed`): geography → spill persons → true totals per state → measure
+each level → cells per state → write T1/T2.
 
-Each task calls the engine (:mod:`das.safetab_p`); this module adds retries on I/O, progress
-logs (counts of levels and rows, never values) and the persisted noise store that makes a rerun
-reuse every draw already made (:mod:`das.runs.noise_store`). No task caches or persists its
-result (``NO_CACHE``, ``persist_result=False``): results hold confidential frames, and the
-privacy ledger, not a result cache, is what guarantees no redraw on a rerun.
+Every task takes small records and paths (:class:`SafeTabPJob`: config, data, work folder) and
+leaves its output in the run's work folder, so tasks run as well on a Dask cluster of separate
+machines sharing a file system as in this process; none returns a frame or a count of records.
+Record counts go to the curator's local run log only (:mod:`das.runs.curator_log`). No task
+caches or persists its result: the privacy ledger, not a result cache, guarantees no redraw.
 """
 
 from __future__ import annotations
@@ -14,102 +15,102 @@ from das.offline import configure_offline
 
 configure_offline()
 
+import functools  # noqa: E402
 from dataclasses import dataclass  # noqa: E402
 from pathlib import Path  # noqa: E402
 from typing import Any  # noqa: E402
 
-import numpy as np  # noqa: E402
-import pandas as pd  # noqa: E402
 from prefect import get_run_logger, task  # noqa: E402
 from prefect.cache_policies import NO_CACHE  # noqa: E402
 
-from das.io.atomic import atomic_output_dir  # noqa: E402
-from das.io.safetab_p import (  # noqa: E402
-    grf_c_path,
-    person_records_path,
-    read_grf_c,
-    read_person_records,
-)
-from das.io.writers import file_sha256, write_pipe_table  # noqa: E402
+from das.io.safetab_p import grf_c_path, person_records_path, read_grf_c  # noqa: E402
+from das.io.writers import file_sha256  # noqa: E402
 from das.privacy.accounting import Measurement, PrivacyAccountant, compose  # noqa: E402
 from das.runs.curator_log import curator_log  # noqa: E402
 from das.runs.folder import RunFolder  # noqa: E402
-from das.runs.noise_store import (  # noqa: E402
-    NoiseStore,
-    secure_streams,
-    seeded_streams,
-)
+from das.runs.noise_store import NoiseStore, secure_streams, seeded_streams  # noqa: E402
 from das.runs.release import RunLease  # noqa: E402
-from das.safetab_p.coterminous import (  # noqa: E402
-    apply_coterminous,
-    coterminous_sets,
-    read_coterminous_file,
-    restrict_sets,
-)
-from das.safetab_p.engine import coterminous_members  # noqa: E402
-from das.safetab_p.iterations import combination_incidence, iteration_filter  # noqa: E402
-from das.safetab_p.keys import geography_entities, pass_blocks  # noqa: E402
-from das.safetab_p.measure import (  # noqa: E402
-    AggregatedPersons,
-    LevelMeasurement,
-    aggregate_persons,
-    measure_level,
-)
 from das.safetab_p.plan import plan_safetab_p  # noqa: E402
-from das.safetab_p.postprocess import T1_COLUMNS, T2_COLUMNS, tabulate_level  # noqa: E402
-from das.safetab_p.stability import detailed_only_levels, stability  # noqa: E402
-from das.specs.config import (  # noqa: E402
-    ConfigError,
-    PopulationGroupLevel,
-    SafeTabGeography,
-    SafeTabPConfig,
-    load_safetab_p_config,
+from das.safetab_p.spill import (  # noqa: E402
+    WorkFolder,
+    load_geography,
+    prepare_geography,
+    spill_persons,
 )
+from das.safetab_p.stability import detailed_only_levels, stability  # noqa: E402
+from das.safetab_p.streamed import (  # noqa: E402
+    PASSES,
+    combine_cells,
+    combine_totals,
+    count_state_cells,
+    count_state_totals,
+    level_spaces,
+    measure_level_streamed,
+    tabulated_states,
+    write_release_tables,
+)
+from das.specs.config import ConfigError, SafeTabPConfig, load_safetab_p_config  # noqa: E402
 from das.specs.race_specs import RaceEthnicitySpecs, load_race_specs  # noqa: E402
 from tasks.common import combine_ledgers, found_inputs  # noqa: E402
 from tasks.run_context import RunInputs, RunPlan  # noqa: E402
 
-PASSES = ("US", "PR")
-TABLES = {"t1": T1_COLUMNS, "t2": T2_COLUMNS}
+TABLES = ("t1", "t2")
+
+
+@functools.lru_cache(maxsize=4)
+def _parameters(config_path: str, mtime_ns: int) -> tuple[SafeTabPConfig, RaceEthnicitySpecs]:
+    config = load_safetab_p_config(config_path)
+    return config, load_race_specs(Path(config_path).parent)
 
 
 @dataclass(frozen=True)
-class SafeTabPInputs:
-    """Config, race/ethnicity specs and the two input files in engine form."""
+class SafeTabPJob:
+    """What every task of one run needs: its parameters, inputs and work folder (paths)."""
 
-    config: SafeTabPConfig
-    specs: RaceEthnicitySpecs
-    persons: pd.DataFrame
-    grfc: pd.DataFrame
-    plan: tuple[Measurement, ...]
+    config: str
+    data: str
+    work: str
+    coterminous: str | None = None
 
+    def parameters(self) -> tuple[SafeTabPConfig, RaceEthnicitySpecs]:
+        """Config and race/ethnicity specs (read once per process)."""
+        return _parameters(self.config, Path(self.config).stat().st_mtime_ns)
 
-@dataclass(frozen=True)
-class PassContext:
-    """What every level of one pass shares: its plan, aggregated records, geographies."""
+    @property
+    def folder(self) -> WorkFolder:
+        return WorkFolder(Path(self.work))
 
-    pass_name: str
-    levels: tuple[PopulationGroupLevel, ...]
-    plan: tuple[Measurement, ...]
-    agg: AggregatedPersons
-    entities: dict[SafeTabGeography, Any]
-    sets: pd.DataFrame
+    def plan(self) -> tuple[Measurement, ...]:
+        config, specs = self.parameters()
+        return tuple(
+            plan_safetab_p(
+                config, stability(specs, config.max_race_codes), detailed_only_levels(specs)
+            )
+        )
+
+    def partitions(self) -> dict[str, list[str]]:
+        """pass → its levels' ledger partitions ("US/COUNTY/2"), in configuration order
+        (after :func:`prepare_geography_task`)."""
+        config, specs = self.parameters()
+        result = {}
+        for pass_name in PASSES:
+            geography = load_geography(self.folder, pass_name)
+            if geography is not None:
+                spaces = level_spaces(config, specs, geography)
+                result[pass_name] = [space.partition for space in spaces]
+        return result
 
 
 @dataclass(frozen=True)
 class LevelResult:
-    """One level's measurement, with the noise store's counts of fresh and reused draws."""
+    """One level's measurement: its persisted ledger, the groups measured, and the noise
+    store's fresh and reused draws (names only)."""
 
-    level: PopulationGroupLevel
-    measured: LevelMeasurement
+    partition: str
+    groups: int
     ledger: dict[str, Any]
     fresh: tuple[str, ...]
     reused: tuple[str, ...]
-
-
-def level_partition(pass_name: str, level: PopulationGroupLevel) -> str:
-    """The plan's partition name of a level ("US/COUNTY/2")."""
-    return f"{pass_name}/{level.geography.value}/{level.iteration_level}"
 
 
 def run_inputs(
@@ -143,172 +144,115 @@ def plan_run(config_path: str | Path) -> RunPlan | None:
     return RunPlan(config.privacy_defn.value, tuple(plan))
 
 
-@task(name="load-inputs", retries=2, retry_delay_seconds=2, cache_policy=NO_CACHE,
+@task(name="prepare-geography", retries=2, retry_delay_seconds=2, cache_policy=NO_CACHE,
       persist_result=False)  # fmt: skip
-def load_inputs(config_path: str, data_dir: str, folder: RunFolder) -> SafeTabPInputs:
-    """Read config, spec files, person records and GRF-C; plan every measurement.
-
-    The number of person records goes to the curator's local log only."""
-    config = load_safetab_p_config(config_path)
-    specs = load_race_specs(Path(config_path).parent)
-    persons = read_person_records(person_records_path(data_dir))
-    grfc = read_grf_c(grf_c_path(data_dir))
-    plan = plan_safetab_p(
-        config, stability(specs, config.max_race_codes), detailed_only_levels(specs)
-    )
-    curator_log(folder, "loaded %d person records, %d GRF-C blocks", len(persons), len(grfc))
-    get_run_logger().info(
-        "loaded the inputs; %d levels, %d planned measurements",
-        len(config.tabulated_levels()), len(plan),
-    )  # fmt: skip
-    return SafeTabPInputs(config, specs, persons, grfc, tuple(plan))
+def prepare_geography_task(job: SafeTabPJob) -> None:
+    """The GRF-C as integer maps per pass (geounits, entities, coterminous sets)."""
+    config, _ = job.parameters()
+    grfc = read_grf_c(grf_c_path(job.data))
+    prepare_geography(config, grfc, job.folder)
+    get_run_logger().info("geography prepared (%d GRF-C blocks, public)", len(grfc))
 
 
-@task(name="prepare-pass", cache_policy=NO_CACHE, persist_result=False)
-def prepare_pass(
-    inputs: SafeTabPInputs,
-    pass_name: str,
-    folder: RunFolder,
-    coterminous_file: str | None = None,
-) -> PassContext | None:
-    """Aggregate the pass's records and build its geography entities and coterminous sets
-    (from the reviewed ``coterminous_file`` when given, else derived from the GRF-C)."""
-    config = inputs.config
-    levels = tuple(
-        level for level in config.tabulated_levels() if level.geography.pass_name == pass_name
-    )
-    if not levels:
-        return None
-    blocks = pass_blocks(inputs.grfc, config, pass_name)
-    agg = aggregate_persons(inputs.persons, blocks)
-    geographies = [g for g in SafeTabGeography if any(lv.geography is g for lv in levels)]
-    entities = {g: geography_entities(blocks, g) for g in geographies}
-    sets = (
-        coterminous_sets([entities[g] for g in geographies])
-        if coterminous_file is None
-        else restrict_sets(read_coterminous_file(coterminous_file), geographies)
-    )
-    plan = tuple(m for m in inputs.plan if m.metadata["pass"] == pass_name)
+@task(name="spill-persons", retries=2, retry_delay_seconds=2, cache_policy=NO_CACHE,
+      persist_result=False)  # fmt: skip
+def spill_persons_task(job: SafeTabPJob, folder: RunFolder) -> list[int]:
+    """The person file, read once in chunks, spilled to one compact file per state; the
+    states of the enabled passes (public: from the GRF-C)."""
+    config, specs = job.parameters()
+    summary = spill_persons(config, specs, person_records_path(job.data), job.folder)
     curator_log(
-        folder, "pass %s: %d distinct record rows, %d blocks", pass_name, agg.count.size,
-        len(blocks),
+        folder, "spilled %d of %d person records in %d chunks",
+        summary.rows_spilled, summary.rows_read, summary.chunks,
     )  # fmt: skip
-    get_run_logger().info("pass %s: %d levels prepared", pass_name, len(levels))
-    return PassContext(pass_name, levels, plan, agg, entities, sets)
+    states = tabulated_states(job.folder)
+    get_run_logger().info("person file spilled by state (%d states tabulated)", len(states))
+    return states
+
+
+@task(name="count-state-totals", cache_policy=NO_CACHE, persist_result=False)
+def count_state_totals_task(job: SafeTabPJob, state: int) -> int:
+    """True totals of every group one state's records reach, at every tabulated level."""
+    config, specs = job.parameters()
+    count_state_totals(config, specs, job.folder, state)
+    return state
+
+
+@task(name="combine-totals", cache_policy=NO_CACHE, persist_result=False)
+def combine_totals_task(job: SafeTabPJob) -> None:
+    config, specs = job.parameters()
+    combine_totals(config, specs, job.folder)
 
 
 @task(name="measure-level", cache_policy=NO_CACHE, persist_result=False)
 def measure_level_task(
-    config: SafeTabPConfig,
-    specs: RaceEthnicitySpecs,
-    context: PassContext,
-    level: PopulationGroupLevel,
+    job: SafeTabPJob,
+    partition: str,
     folder: RunFolder,
     seed: int | None,
     lease: RunLease | None = None,
 ) -> LevelResult:
-    """Two-stage measurement of one level; draws go through the level's persisted noise store.
-
-    Takes the pass's aggregated records (``context``), never the person file itself: on a
-    Dask cluster every argument is shipped to the worker that runs the level."""
-    partition = level_partition(context.pass_name, level)
-    planned = {str(m.metadata["stage"]): m for m in context.plan if m.partition == partition}
+    """Stage 1, total-only and stage 2 of one level, every draw through the level's persisted
+    noise store (streamed to disk, reused on a rerun; checked against the run's lease)."""
+    config, specs = job.parameters()
+    planned = [m for m in job.plan() if m.partition == partition]
     store = NoiseStore.open(
         folder,
         partition,
         config.privacy_defn.value,
-        compose(planned.values()),
+        compose(planned),
         secure_streams() if seed is None else seeded_streams(seed),
         guard=None if lease is None else lease.check,
     )
-    key = (level.iteration_level, level.geography.is_state_or_above)
-    selected = iteration_filter(specs, *key)
-    incidence = combination_incidence(
-        specs, context.agg.race_codes, context.agg.qspan, selected
-    )
-    codes = specs.iteration_code[selected.index].astype(np.int64)
-    measured = measure_level(
-        context.agg,
-        context.entities[level.geography],
-        selected,
-        codes,
-        incidence,
-        planned,
-        config.thresholds.get(level),
-        store,
-        store.accountant,
-    )
+    summary = measure_level_streamed(config, specs, job.folder, partition, store, store.accountant)
     get_run_logger().info(
         "level %s measured: %d groups, %d measurements drawn now, %d reused",
-        partition, measured.workload.size, len(store.fresh), len(store.reused),
+        partition, summary.groups, len(store.fresh), len(store.reused),
     )  # fmt: skip
     return LevelResult(
-        level, measured, store.accountant.to_dict(), tuple(store.fresh), tuple(store.reused)
+        partition,
+        summary.groups,
+        store.accountant.to_dict(),
+        tuple(store.fresh),
+        tuple(store.reused),
     )
 
 
-@task(name="postprocess-level", cache_policy=NO_CACHE, persist_result=False)
-def postprocess_level(
-    config: SafeTabPConfig, context: PassContext, result: LevelResult
-) -> tuple[pd.DataFrame, pd.DataFrame, pd.DataFrame]:
-    """T1/T2 rows of one level (suppression, non-negativity) and its coterminous members."""
-    t1, t2 = tabulate_level(
-        result.measured, config.allow_negative_counts, config.zero_suppression_chance
-    )
-    members = coterminous_members(
-        context.entities[result.level.geography], result.measured.iteration_codes, context.sets
-    )
-    get_run_logger().info(
-        "level %s postprocessed: %d T1 rows, %d T2 rows",
-        level_partition(context.pass_name, result.level), len(t1), len(t2),
-    )  # fmt: skip
-    return t1, t2, members
+@task(name="count-state-cells", cache_policy=NO_CACHE, persist_result=False)
+def count_state_cells_task(job: SafeTabPJob, state: int) -> int:
+    """Sex × age counts of the groups whose stage 1 chose a breakdown, one state's share."""
+    config, specs = job.parameters()
+    count_state_cells(config, specs, job.folder, state)
+    return state
 
 
-@task(name="fix-coterminous", cache_policy=NO_CACHE, persist_result=False)
-def fix_coterminous(
-    context: PassContext, parts: list[tuple[pd.DataFrame, pd.DataFrame, pd.DataFrame]]
-) -> tuple[pd.DataFrame, pd.DataFrame]:
-    """One pass's tables with coterminous geographies made to agree."""
-    t1, t2 = apply_coterminous(
-        pd.concat([p[0] for p in parts], ignore_index=True),
-        pd.concat([p[1] for p in parts], ignore_index=True),
-        pd.concat([p[2] for p in parts], ignore_index=True),
-        context.sets,
-    )
-    get_run_logger().info(
-        "pass %s: %d coterminous sets; %d T1 rows, %d T2 rows",
-        context.pass_name, len(context.sets), len(t1), len(t2),
-    )  # fmt: skip
-    return t1, t2
+@task(name="combine-cells", cache_policy=NO_CACHE, persist_result=False)
+def combine_cells_task(job: SafeTabPJob) -> None:
+    config, specs = job.parameters()
+    combine_cells(config, specs, job.folder)
 
 
 @task(name="write-tables", retries=2, retry_delay_seconds=2, cache_policy=NO_CACHE,
       persist_result=False)  # fmt: skip
-def write_tables(
-    tables: dict[str, list[pd.DataFrame]], output: str
-) -> dict[str, dict[str, Any]]:
-    """Write ``t1/t1.txt`` and ``t2/t2.txt`` into the staging folder ``output`` (each folder
-    atomically, so a retried write replaces a partial one); hashes and row counts."""
-    written: dict[str, dict[str, Any]] = {}
-    for name, columns in TABLES.items():
-        parts = tables.get(name, [])
-        frame = (
-            pd.concat(parts, ignore_index=True) if parts else pd.DataFrame(columns=list(columns))
-        )
-        with atomic_output_dir(Path(output) / name, overwrite=True) as folder:
-            rows = write_pipe_table(frame, folder / f"{name}.txt", list(columns))
-        path = Path(output) / name / f"{name}.txt"
-        written[f"{name}/{name}.txt"] = {"rows": rows, "sha256": file_sha256(path)}
-        get_run_logger().info("wrote %s/%s.txt: %d rows", name, name, rows)
+def write_tables(job: SafeTabPJob, output: str) -> dict[str, dict[str, Any]]:
+    """``t1/t1.txt`` and ``t2/t2.txt`` streamed into the staging folder ``output`` (T1/T2,
+    suppression, clamp, coterminous fix; each file atomically); rows and hashes."""
+    config, specs = job.parameters()
+    cot = None if job.coterminous is None else Path(job.coterminous)
+    rows = write_release_tables(config, specs, job.folder, output, cot)
+    written = {}
+    for name in TABLES:
+        relative = f"{name}/{name}.txt"
+        written[relative] = {"rows": rows[name], "sha256": file_sha256(Path(output) / relative)}
+        get_run_logger().info("wrote %s: %d rows", relative, rows[name])
     return written
 
 
 def pass_accountant(
-    config: SafeTabPConfig, context: PassContext, results: list[LevelResult]
+    job: SafeTabPJob, pass_name: str, results: list[LevelResult]
 ) -> PrivacyAccountant:
     """The pass's ledger: every level's entries under the pass total (parallel with the other
     pass: disjoint people)."""
-    return combine_ledgers(
-        config.privacy_defn.value, context.plan, [result.ledger for result in results]
-    )
+    config, _ = job.parameters()
+    plan = [m for m in job.plan() if m.metadata["pass"] == pass_name]
+    return combine_ledgers(config.privacy_defn.value, plan, [r.ledger for r in results])

@@ -30,16 +30,18 @@ def census_specs() -> Path:
 
 @pytest.fixture
 def count_samples(monkeypatch: pytest.MonkeyPatch) -> list[str]:
-    """Every call of a mechanism's sampler (by mechanism class name): proves draws or none."""
+    """Every draw of a mechanism (by mechanism class name), one-shot (``sample``) or streamed
+    to disk (``sample_blocks``, one call per measurement): proves draws or none."""
     from das.privacy.mechanisms import DiscreteGaussianMechanism, GeometricMechanism
 
     calls: list[str] = []
     for cls in (DiscreteGaussianMechanism, GeometricMechanism):
-        original = cls.sample
+        for method in ("sample", "sample_blocks"):
+            original = getattr(cls, method)
 
-        def counting(self, size, rng=None, _original=original):
-            calls.append(type(self).__name__)
-            return _original(self, size, rng)
+            def counting(self, size, rng=None, *args, _original=original, **kwargs):
+                calls.append(type(self).__name__)
+                return _original(self, size, rng, *args, **kwargs)
 
-        monkeypatch.setattr(cls, "sample", counting)
+            monkeypatch.setattr(cls, method, counting)
     return calls

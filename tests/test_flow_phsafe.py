@@ -187,7 +187,8 @@ def test_seeded_demo_run_writes_tables_estimates_audit_and_artifacts(
     for name in ("PH1", "PH5", "PH8"):
         assert post["tables"][name]["converged"] is True
         assert post["tables"][name]["min_ess"] >= post["tables"][name]["target_ess"]
-    assert set(audit["timings"]) >= {"validate", "load", "measure", "postprocess", "write"}
+    stages = {"validate", "spill", "counts", "measure", "postprocess", "write"}
+    assert set(audit["timings"]) >= stages
     assert "measured" in folder.log_path.read_text()
 
     # Estimates: nonnegative counts, intervals around them, averages within [1, τ].
@@ -350,9 +351,8 @@ def test_a_load_failure_stops_the_run_with_its_own_error(
     monkeypatch: pytest.MonkeyPatch,
     runner: str,
 ) -> None:
-    """The records are read by a submitted task; when it fails, the run fails with that
-    task's error (not as "upstream not ready"), in the load stage, before any draw. On Dask
-    the failure is seen without fetching the task's result (tasks.common.wait_in_cluster)."""
+    """When reading the records fails (units.csv missing, validation skipped), the run fails
+    with that task's own error, in the spill stage, before any draw, on either task runner."""
     if runner == "dask":
         monkeypatch.delenv("DAS_TASK_RUNNER")
     data = tmp_path / "data"
@@ -363,5 +363,5 @@ def test_a_load_failure_stops_the_run_with_its_own_error(
     assert _run(small_data / "config.json", data, out, "--skip-validation", "--run-id", "f") == 1
     audit = json.loads(RunFolder(out, "f").audit_path.read_text())
     assert audit["status"] == "failed" and audit["error_type"] == "FileNotFoundError"
-    assert "load" in audit["timings"] and "measure" not in audit["timings"]
+    assert "spill" in audit["timings"] and "measure" not in audit["timings"]
     assert count_samples == [] and not list(RunFolder(out, "f").noise_dir.glob("*"))

@@ -119,7 +119,7 @@ def test_seeded_run_writes_tables_audit_and_artifacts(
     for name, info in audit["outputs"].items():
         lines = (out / name).read_text().splitlines()
         assert info["rows"] == len(lines) - 1 and info["sha256"] == file_sha256(out / name)
-    assert set(audit["timings"]) >= {"validate", "load", "measure", "write"}
+    assert set(audit["timings"]) >= {"validate", "spill", "totals", "measure", "cells", "write"}
     folder = RunFolder(out, "seeded-1")
     assert len(list(folder.noise_dir.glob("*.npy"))) == len(ledger)
     assert "measured" in folder.log_path.read_text()
@@ -153,7 +153,7 @@ def test_killed_run_reruns_without_redrawing(
 
     out = tmp_path / "out"
     with monkeypatch.context() as patch:
-        patch.setattr(safetab_tasks, "apply_coterminous", killed)
+        patch.setattr(safetab_tasks, "write_release_tables", killed)
         assert _run(config, out, *args, "--run-id", "r1") == 1
     assert len(count_samples) == 2 * drawn
     failed = json.loads(RunFolder(out, "r1").audit_path.read_text())

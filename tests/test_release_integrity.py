@@ -267,21 +267,22 @@ def _das_process(*args: str, env_extra: dict[str, str] | None = None, patch: str
 
 SLOW_MEASURE = """
 import time, tasks.safetab_p as t
-_measure = t.measure_level
-def measure_level(*args, **kwargs):
+_measure = t.measure_level_streamed
+def measure_level_streamed(*args, **kwargs):
     time.sleep(1.0)
     return _measure(*args, **kwargs)
-t.measure_level = measure_level
+t.measure_level_streamed = measure_level_streamed
 """
 
+# The tables are in the staging folder, the release not yet published: the kill lands there.
 SLOW_WRITE = """
 import time, tasks.safetab_p as t
-_write = t.write_pipe_table
-def write_pipe_table(*args, **kwargs):
+_write = t.write_release_tables
+def write_release_tables(*args, **kwargs):
     rows = _write(*args, **kwargs)
     time.sleep(30)
     return rows
-t.write_pipe_table = write_pipe_table
+t.write_release_tables = write_release_tables
 """
 
 

@@ -214,11 +214,13 @@ class NoiseStore:
                 self._check_file(measurement, size, str(entry.noise_digest))
                 self.reused.append(measurement.name)
                 return open_npy(path)
+            self._check_owner()
             if measurement.name not in accountant:
                 accountant.charge(measurement)
                 self.save_ledger()
             blocks = measurement.mechanism.sample_blocks(size, self.rng_for(measurement))
             digest = write_npy_blocks(path, blocks, size)
+            self._check_owner()
             accountant.record(measurement, digest)
             self.save_ledger()
             self.fresh.append(measurement.name)
