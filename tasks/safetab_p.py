@@ -161,10 +161,7 @@ def spill_persons_task(job: SafeTabPJob, folder: RunFolder) -> list[int]:
     states of the enabled passes (public: from the GRF-C)."""
     config, specs = job.parameters()
     summary = spill_persons(config, specs, person_records_path(job.data), job.folder)
-    curator_log(
-        folder, "spilled %d of %d person records in %d chunks",
-        summary.rows_spilled, summary.rows_read, summary.chunks,
-    )  # fmt: skip
+    curator_log(folder, "read %d person records in %d chunks", summary.rows_read, summary.chunks)
     states = tabulated_states(job.folder)
     get_run_logger().info("person file spilled by state (%d states tabulated)", len(states))
     return states
