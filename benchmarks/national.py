@@ -127,8 +127,9 @@ def child_safetab_p(args: argparse.Namespace, events: Events) -> None:
         del grfc
     with events.stage("spill") as figures:
         spilled = sp.spill_persons(config, specs, persons_path, work)
-        figures.update(rows_in=spilled.rows_read, rows_out=spilled.rows_spilled,
-                       bytes_out=_size(work.root / "spill"))  # fmt: skip
+        spill_bytes = _size(work.root / "spill")  # 21 bytes per record spilled
+        figures.update(rows_in=spilled.rows_read, rows_out=spill_bytes // 21,
+                       bytes_out=spill_bytes)  # fmt: skip
     states = st.tabulated_states(work)
     with events.stage("totals") as figures:
         for state in states:

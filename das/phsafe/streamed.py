@@ -31,7 +31,7 @@ from __future__ import annotations
 import json
 import math
 import shutil
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -114,7 +114,11 @@ class PHSafeSpill:
 
 
 def _spill(
-    chunks, keep: Callable[[pd.DataFrame], np.ndarray], columns: dict, target, buckets: int
+    chunks: Iterable[pd.DataFrame],
+    keep: Callable[[pd.DataFrame], np.ndarray],
+    columns: dict[str, Any],
+    target: Callable[[int], RawColumns],
+    buckets: int,
 ) -> int:
     """Append each chunk's kept rows to their buckets; returns the rows read."""
     appenders = [target(k).appender() for k in range(buckets)]

@@ -281,10 +281,10 @@ def derived_sets(work: WorkFolder, pass_name: str) -> pd.DataFrame:
 
 @dataclass(frozen=True)
 class SpillSummary:
-    """What :func:`spill_persons` did (file-level counts for the curator's local log only)."""
+    """What :func:`spill_persons` read: the file's row count and chunks, and the states with
+    records (no count of records in the universe: that is a true count)."""
 
     rows_read: int
-    rows_spilled: int
     chunks: int
     states: tuple[int, ...]
 
@@ -311,7 +311,7 @@ def spill_persons(
     sorted_keys = keys[order]
     geounits = np.concatenate([g.block_geounit for g in passes]) if passes else keys
     block_geounit = geounits.astype(np.int32)[order]
-    rows_read = rows_spilled = chunks = 0
+    rows_read = chunks = 0
     states: set[int] = set()
     for chunk in iter_person_records(person_path, chunk_bytes):
         chunks += 1
@@ -338,5 +338,4 @@ def spill_persons(
             mine = state == fips
             work.spill(fips).append({name: values[mine] for name, values in columns.items()})
             states.add(fips)
-        rows_spilled += int(known.sum())
-    return SpillSummary(rows_read, rows_spilled, chunks, tuple(sorted(states)))
+    return SpillSummary(rows_read, chunks, tuple(sorted(states)))
