@@ -13,6 +13,9 @@ before the output is touched:
 5. an existing release of another run is never overwritten (unless explicitly replaced);
 6. the privacy ledger of the dataset reserves this run's spend, or refuses it
    (:mod:`das.runs.ledger`).
+7. on an existing Dask cluster (``DAS_DASK_ADDRESS``), every worker sees the inputs and the run
+   folder as this process does (:mod:`tasks.cluster`; after the run folder is made, before
+   validation: a refusal then leaves an audit and a run folder without noise).
 
 A refusal raises :class:`RunRefused` and leaves the output and its run folders as they were
 (the refusal is recorded in the ledger's events). Then the run folder, its lease, the staging
@@ -58,6 +61,7 @@ from das.runs.policy import (  # noqa: E402
 )
 from das.runs.release import OutputLock, ReleaseStager, RunLease, new_lease  # noqa: E402
 from das.runs.steps import RunSteps  # noqa: E402
+from tasks.cluster import check_cluster_shares_run  # noqa: E402
 from tasks.common import (  # noqa: E402
     publish_audit_artifact,
     publish_privacy_artifacts,
@@ -363,6 +367,8 @@ def release_run(
                     decimal_text(item.cumulative), item.definition,
                 )  # fmt: skip
             try:
+                # Tasks on an existing Dask cluster read the inputs and the run folder by path.
+                check_cluster_shares_run(files, folder.root)
                 yield run
                 if run.published is None:
                     raise RuntimeError("the flow ended without publishing its release")

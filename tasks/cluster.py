@@ -1,0 +1,123 @@
+"""The start check of a run whose tasks go to an existing Dask cluster (``DAS_DASK_ADDRESS``).
+
+On such a cluster the workers are separate processes, possibly on other hosts, started by the
+operator; they read the run's inputs and read and write its run folder by path. Before
+validation and before any draw, :func:`check_cluster_shares_run` asks every connected worker
+what it sees (:class:`das.runs.shared_storage.SharedView`) and refuses the run, naming each
+worker and what it is missing, unless all of them see the same inputs and the same run folder,
+run the same code and packages, can import the tasks, and can reach the flow's Prefect API.
+Runs on a local cluster or thread pool (started by the flow itself, in this machine) are not
+checked: they share this process's file system by construction.
+"""
+
+from __future__ import annotations
+
+from das.offline import configure_offline
+
+configure_offline()
+
+import importlib.util  # noqa: E402
+import urllib.error  # noqa: E402
+import urllib.request  # noqa: E402
+from collections.abc import Mapping  # noqa: E402
+from pathlib import Path  # noqa: E402
+
+from prefect import get_run_logger  # noqa: E402
+from prefect.context import FlowRunContext  # noqa: E402
+from prefect.settings import PREFECT_API_URL  # noqa: E402
+from prefect_dask import DaskTaskRunner  # noqa: E402
+
+from das.runs.policy import RunRefused  # noqa: E402
+from das.runs.shared_storage import SharedView  # noqa: E402
+
+WORKER_WAIT_SECONDS = 60.0
+API_TIMEOUT_SECONDS = 10.0
+# What a worker must import to run the tasks (and the flow's context, pickled by reference).
+MODULES = ("tasks.safetab_p", "tasks.phsafe", "flows.safetab_p", "flows.phsafe")
+SHARED = (
+    "every worker must see the inputs (config, spec files, records) and OUT.das at the same "
+    "paths on a shared file system, run this checkout with its virtualenv, and reach the "
+    "flow's Prefect API (README: Running on an existing Dask cluster)"
+)
+
+
+class ClusterNotShared(RunRefused):
+    """A worker of the run's Dask cluster does not see what the flow's process sees."""
+
+
+def existing_cluster() -> DaskTaskRunner | None:
+    """The flow run's task runner when it connects to an existing scheduler (an address),
+    else None (a local cluster or thread pool, or no flow run)."""
+    context = FlowRunContext.get()
+    runner = None if context is None else context.task_runner
+    if isinstance(runner, DaskTaskRunner) and runner.address:
+        return runner
+    return None
+
+
+def worker_problems(view: SharedView, api_url: str) -> list[str]:
+    """Run in a worker: what it sees differently from the flow's process (empty: all good)."""
+    problems = [
+        f"cannot import {name} (start the worker from this checkout's virtualenv)"
+        for name in MODULES
+        if importlib.util.find_spec(name) is None
+    ]
+    problems += view.problems()
+    try:
+        with urllib.request.urlopen(
+            api_url.rstrip("/") + "/health", timeout=API_TIMEOUT_SECONDS
+        ) as response:
+            response.read()
+    except (OSError, urllib.error.URLError) as exc:
+        problems.append(f"cannot reach the flow's Prefect API at {api_url} ({exc})")
+    return problems
+
+
+def check_cluster_shares_run(files: Mapping[str, Path], run_root: Path) -> None:
+    """Refuse (:class:`ClusterNotShared`) unless every worker of the run's existing Dask
+    cluster sees ``files`` and ``run_root`` as this process does; no-op without one."""
+    runner = existing_cluster()
+    if runner is None:
+        return
+    address = runner.address
+    api_url = PREFECT_API_URL.value()
+    if not api_url:
+        raise ClusterNotShared(
+            f"the run's tasks go to the Dask cluster at {address} (DAS_DASK_ADDRESS), but no "
+            "Prefect server is configured (PREFECT_API_URL): without one this process runs a "
+            "temporary API that the workers cannot use, and each worker would start its own. "
+            "Start `prefect server start`, set PREFECT_API_URL for the run, and run again. "
+            "Nothing was drawn."
+        )
+    client = runner.client
+    try:
+        client.wait_for_workers(1, timeout=WORKER_WAIT_SECONDS)
+    except TimeoutError:
+        raise ClusterNotShared(
+            f"no Dask worker is connected to the scheduler at {address} (waited "
+            f"{WORKER_WAIT_SECONDS:.0f} s): start `dask worker {address}` from this checkout's "
+            "virtualenv. Nothing was drawn."
+        ) from None
+    view = SharedView.of_run(files, run_root)
+    answers = client.run(worker_problems, view, api_url, on_error="return")
+    workers = client.scheduler_info()["workers"]
+    lines = []
+    for worker, answer in sorted(answers.items()):
+        problems = (
+            answer
+            if isinstance(answer, list)
+            else [f"cannot run this pipeline's code ({type(answer).__name__}: {answer})"]
+        )
+        if problems:
+            name = (workers.get(worker) or {}).get("name", worker)
+            lines.append(f"worker {name} ({worker}): " + "; ".join(problems))
+    if lines:
+        raise ClusterNotShared(
+            f"the Dask cluster at {address} cannot run this run: "
+            + " | ".join(lines)
+            + f". {SHARED[0].upper()}{SHARED[1:]}. Nothing was drawn."
+        )
+    get_run_logger().info(
+        "Dask cluster %s: %d worker(s) see the run's %d input files and its run folder",
+        address, len(answers), len(files),
+    )  # fmt: skip

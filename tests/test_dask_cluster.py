@@ -1,0 +1,434 @@
+"""Both product flows on an existing Dask cluster (``DAS_DASK_ADDRESS``): a real ``dask
+scheduler`` and separately started ``dask worker`` processes on localhost, as an operator runs
+them, against the session's Prefect server.
+
+Each seeded release on the cluster, with one worker and with two, is byte for byte the release
+of the same run in process; a worker killed with SIGKILL after it persisted a draw and before
+its task ended is survived: Dask runs the task again on a live worker, which reuses the draw
+from the run folder (no measurement is drawn twice, no noise file rewritten). The workers load
+``tests/dask_draw_log.py``, which logs every draw and every unit of work with the worker's pid.
+A worker that does not see the run's files is refused before anything is drawn. No scheduler or
+worker process outlives its test.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import os
+import shutil
+import signal
+import subprocess
+import sys
+import time
+from collections import Counter
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from das.offline import configure_offline
+
+configure_offline()
+
+import distributed  # noqa: E402
+import psutil  # noqa: E402
+
+from das.cli import main as das_main  # noqa: E402
+from das.runs.folder import RunFolder  # noqa: E402
+from tasks.phsafe import plan_run as phsafe_plan  # noqa: E402
+from tasks.safetab_p import plan_run as safetab_p_plan  # noqa: E402
+
+REPO = Path(__file__).resolve().parents[1]
+TOY = REPO.parent / "shared" / "census_specs" / "safetab_p" / "toy"
+PRELOAD = Path(__file__).with_name("dask_draw_log.py")
+SEED = "11"
+START_SECONDS = 90
+RUN_SECONDS = 300
+
+pytestmark = [
+    pytest.mark.skipif(not TOY.is_dir(), reason="../shared toy inputs absent"),
+    pytest.mark.slow,
+    pytest.mark.usefixtures("prefect_server"),
+]
+
+
+def _api_url() -> str:
+    import prefect.settings
+
+    return str(prefect.settings.PREFECT_API_URL.value())
+
+
+class OperatorCluster:
+    """``dask scheduler`` and ``dask worker`` processes started as an operator would, each in
+    its own session (process group), so that closing kills every process they started."""
+
+    def __init__(self, root: Path) -> None:
+        root.mkdir(parents=True)
+        self.root = root
+        self.log = root / "draws.jsonl"
+        self.control = root / "control.json"
+        self.scheduler_file = root / "scheduler.json"
+        self.env = {
+            **os.environ,
+            "PREFECT_API_URL": _api_url(),
+            "DAS_TEST_DRAW_LOG": str(self.log),
+            "DAS_TEST_DRAW_CONTROL": str(self.control),
+        }
+        self.env.pop("DAS_DASK_ADDRESS", None)
+        self.processes: dict[str, subprocess.Popen] = {}
+        self.groups: set[int] = set()
+        self._start("scheduler", "scheduler", "--host", "127.0.0.1", "--port", "0",
+                    "--no-dashboard", "--scheduler-file", str(self.scheduler_file))  # fmt: skip
+        deadline = time.monotonic() + START_SECONDS
+        while not self._address():
+            self._check_alive("scheduler")
+            assert time.monotonic() < deadline, "the scheduler did not start"
+            time.sleep(0.2)
+        self.address = self._address()
+
+    def _address(self) -> str | None:
+        try:
+            return json.loads(self.scheduler_file.read_text())["address"]
+        except (OSError, ValueError, KeyError):
+            return None
+
+    def _start(self, name: str, *args: str) -> None:
+        with (self.root / f"{name}.log").open("ab") as log:
+            process = subprocess.Popen(
+                [sys.executable, "-m", "dask", *args],
+                cwd=REPO,
+                env=self.env,
+                stdout=log,
+                stderr=subprocess.STDOUT,
+                start_new_session=True,
+            )
+        self.processes[name] = process
+        self.groups.add(process.pid)
+
+    def _check_alive(self, name: str) -> None:
+        if self.processes[name].poll() is not None:
+            raise AssertionError((self.root / f"{name}.log").read_text()[-3000:])
+
+    def start_worker(self, name: str, *, wrapper: tuple[str, ...] = ()) -> None:
+        """A worker process (with its nanny) on the scheduler; waits until it is connected."""
+        expected = len(self.workers()) + 1
+        args = ("worker", "--scheduler-file", str(self.scheduler_file), "--name", name,
+                "--nthreads", "1", "--nworkers", "1", "--no-dashboard",
+                "--preload", str(PRELOAD))  # fmt: skip
+        if wrapper:
+            with (self.root / f"{name}.log").open("ab") as log:
+                process = subprocess.Popen(
+                    [*wrapper, sys.executable, "-m", "dask", *args],
+                    cwd=REPO, env=self.env, stdout=log, stderr=subprocess.STDOUT,
+                    start_new_session=True,
+                )  # fmt: skip
+            self.processes[name] = process
+            self.groups.add(process.pid)
+        else:
+            self._start(name, *args)
+        deadline = time.monotonic() + START_SECONDS
+        while len(self.workers()) < expected:
+            self._check_alive(name)
+            assert time.monotonic() < deadline, f"worker {name} did not connect"
+            time.sleep(0.3)
+
+    @contextlib.contextmanager
+    def client(self):
+        with distributed.Client(self.address, timeout=30) as client:
+            yield client
+
+    def workers(self) -> dict[str, int]:
+        """name → pid of each connected worker process."""
+        with self.client() as client:
+            pids = client.run(os.getpid)
+            names = {a: w["name"] for a, w in client.scheduler_info()["workers"].items()}
+        return {str(names[address]): pid for address, pid in pids.items()}
+
+    def pause_after(self, measurement: str | None, seconds: float = RUN_SECONDS) -> None:
+        self.control.write_text(json.dumps({"pause_after": measurement, "seconds": seconds}))
+
+    def events(self) -> list[dict[str, Any]]:
+        if not self.log.is_file():
+            return []
+        return [json.loads(line) for line in self.log.read_text().splitlines() if line]
+
+    def wait_for(
+        self, event: str, name: str, process: subprocess.Popen, since: float
+    ) -> dict[str, Any]:
+        """The first ``event`` of ``name`` logged at or after ``since`` (waits for it)."""
+        deadline = time.monotonic() + RUN_SECONDS
+        while True:
+            found = [
+                e for e in self.events()
+                if e["event"] == event and e["name"] == name and e["t"] >= since
+            ]  # fmt: skip
+            if found:
+                return found[0]
+            assert process.poll() is None, process.communicate()
+            assert time.monotonic() < deadline, f"no {event} {name}"
+            time.sleep(0.1)
+
+    def close(self) -> list[int]:
+        """Stop every process; the pids still alive in their process groups afterwards."""
+        for process in reversed(self.processes.values()):
+            with contextlib.suppress(ProcessLookupError):
+                os.killpg(process.pid, signal.SIGTERM)
+        for process in self.processes.values():
+            try:
+                process.wait(30)
+            except subprocess.TimeoutExpired:
+                os.killpg(process.pid, signal.SIGKILL)
+                process.wait(30)
+        deadline = time.monotonic() + 30
+        while (left := self.leftovers()) and time.monotonic() < deadline:
+            for pid in left:
+                with contextlib.suppress(ProcessLookupError):
+                    os.kill(pid, signal.SIGKILL)
+            time.sleep(0.5)
+        return left
+
+    def leftovers(self) -> list[int]:
+        alive = []
+        for process in psutil.process_iter():
+            with contextlib.suppress(psutil.Error, ProcessLookupError):
+                if os.getpgid(process.pid) in self.groups and process.status() != "zombie":
+                    alive.append(process.pid)
+        return alive
+
+
+@pytest.fixture
+def cluster(tmp_path: Path):
+    started = OperatorCluster(tmp_path / "cluster")
+    try:
+        yield started
+    finally:
+        left = started.close()
+    assert left == [], f"processes left behind by the cluster: {left}"
+
+
+@pytest.fixture(autouse=True)
+def in_process_runner(monkeypatch: pytest.MonkeyPatch) -> None:
+    """The reference runs in this process on Prefect's thread pool; the cluster runs get
+    ``DAS_DASK_ADDRESS`` in their own environment."""
+    monkeypatch.delenv("DAS_DASK_ADDRESS", raising=False)
+    monkeypatch.delenv("DAS_PRODUCTION", raising=False)
+    monkeypatch.delenv("DAS_LEDGER_DIR", raising=False)
+    monkeypatch.setenv("DAS_TASK_RUNNER", "threads")
+
+
+def _das_on_cluster(cluster: OperatorCluster, *args: str) -> subprocess.Popen:
+    """``das run ...`` in its own process, its tasks on the cluster (as an operator runs it)."""
+    env = {**os.environ, "PREFECT_API_URL": _api_url(), "DAS_DASK_ADDRESS": cluster.address}
+    env.pop("DAS_TASK_RUNNER", None)
+    return subprocess.Popen(
+        [sys.executable, "-m", "das", *args],
+        cwd=REPO,
+        env=env,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
+
+
+def _finished(process: subprocess.Popen) -> str:
+    out, err = process.communicate(timeout=RUN_SECONDS)
+    assert process.returncode == 0, out + err
+    return out
+
+
+def _release(output: Path) -> dict[str, bytes]:
+    """Every file of a release but the audit and manifest (timings, paths and run ids)."""
+    return {
+        path.relative_to(output).as_posix(): path.read_bytes()
+        for path in sorted(output.rglob("*"))
+        if path.is_file() and path.name not in ("audit.json", "MANIFEST.json")
+    }
+
+
+def _noise_files(folder: RunFolder) -> dict[str, tuple[int, int, int]]:
+    """name → (inode, mtime_ns, size) of every persisted noise vector."""
+    return {
+        path.name: (path.stat().st_ino, path.stat().st_mtime_ns, path.stat().st_size)
+        for path in folder.noise_dir.glob("*.npy")
+    }
+
+
+def _work_units(events: list[dict[str, Any]], since: float = 0.0) -> list[dict[str, Any]]:
+    return [e for e in events if e["event"] not in ("fresh", "reused") and e["t"] >= since]
+
+
+def _assert_killed_run_drew_each_measurement_once(
+    cluster: OperatorCluster,
+    output: Path,
+    run_id: str,
+    planned: list[str],
+    paused: str,
+    killed: dict[str, Any],
+    noise_at_kill: dict[str, tuple[int, int, int]],
+) -> None:
+    events = [e for e in cluster.events() if e["t"] >= killed["started"]]
+    fresh = Counter(e["name"] for e in events if e["event"] == "fresh")
+    assert fresh == Counter(planned)  # every measurement drawn, none twice (across processes)
+    reuses = [e for e in events if e["event"] == "reused" and e["name"] == paused]
+    assert reuses and all(e["pid"] != killed["pid"] for e in reuses)  # taken over, not redrawn
+    folder = RunFolder(output, run_id)
+    after = _noise_files(folder)
+    assert {name: after[name] for name in noise_at_kill} == noise_at_kill  # none rewritten
+    assert len(after) == len(planned)
+    audit = json.loads((output / "audit.json").read_text())
+    assert audit["draws"]["fresh"] + audit["draws"]["reused"] == len(planned)
+    assert audit["draws"]["reused"] >= 1
+    ledger_entries = [
+        entry for path in folder.ledger_dir.glob("*.json")
+        for entry in json.loads(path.read_text())["measurements"]
+    ]  # fmt: skip
+    assert sorted(e["name"] for e in ledger_entries) == sorted(planned)
+    assert all(e["noise_digest"] for e in ledger_entries)
+    pids = {e["pid"] for e in _work_units(cluster.events(), killed["started"])}
+    assert killed["pid"] in pids and len(pids) >= 2  # both workers worked, then a third
+
+
+def _kill_after_draw(
+    cluster: OperatorCluster,
+    process: subprocess.Popen,
+    paused: str,
+    folder: RunFolder,
+    since: float,
+) -> tuple[dict[str, Any], dict[str, tuple[int, int, int]]]:
+    """SIGKILL the worker process that has just persisted the draw of ``paused`` (it sleeps
+    in its task right after the draw); what was on disk at that instant."""
+    event = cluster.wait_for("fresh", paused, process, since)
+    noise = _noise_files(folder)
+    assert f"{paused.replace('/', '__')}.npy" in noise
+    os.kill(event["pid"], signal.SIGKILL)
+    cluster.pause_after(None)
+    return event, noise
+
+
+def test_safetab_p_on_an_existing_cluster_is_the_in_process_release(
+    tmp_path: Path, cluster: OperatorCluster
+) -> None:
+    params = tmp_path / "params"
+    shutil.copytree(TOY / "input_dir_zcdp", params)
+    config = params / "config.json"
+    planned = [m.name for m in safetab_p_plan(config).measurements]
+
+    def args(output: Path, run_id: str) -> list[str]:
+        return ["run", "safetab-p", "--config", str(config), "--data", str(TOY), "--output",
+                str(output), "--seed", SEED, "--run-id", run_id, "--skip-validation"]  # fmt: skip
+
+    reference = tmp_path / "in-process" / "out"
+    assert das_main(args(reference, "here")) == 0
+
+    cluster.start_worker("w1")
+    one = tmp_path / "one-worker" / "out"
+    started = time.time()
+    _finished(_das_on_cluster(cluster, *args(one, "one")))
+    assert _release(one) == _release(reference)
+    units = _work_units(cluster.events(), started)
+    states = json.loads((RunFolder(one, "one").root / "steps" / "spill.json").read_text())
+    assert Counter(e["event"] for e in units) == {
+        "count_state_totals": len(states["result"]),
+        "count_state_cells": len(states["result"]),
+        "measure_level_streamed": len({name.rsplit("/", 1)[0] for name in planned}),
+    }
+    assert {e["pid"] for e in units} == {cluster.workers()["w1"]}  # none in the flow's process
+
+    cluster.start_worker("w2")
+    two = tmp_path / "two-workers" / "out"
+    paused = "US/COUNTY/2/stage-1"
+    cluster.pause_after(paused)
+    started = time.time()
+    process = _das_on_cluster(cluster, *args(two, "two"))
+    killed, noise_at_kill = _kill_after_draw(
+        cluster, process, paused, RunFolder(two, "two"), started
+    )
+    _finished(process)
+    assert _release(two) == _release(reference)
+    _assert_killed_run_drew_each_measurement_once(
+        cluster, two, "two", planned, paused, {**killed, "started": started}, noise_at_kill
+    )
+
+
+def test_phsafe_on_an_existing_cluster_is_the_in_process_release(
+    tmp_path: Path, cluster: OperatorCluster
+) -> None:
+    config = tmp_path / "config.json"
+    settings = json.loads((REPO / "data_specs/phsafe/demo/config.json").read_text())
+    settings["state_filter"] = ["11", "44"]
+    config.write_text(json.dumps(settings))
+    data = tmp_path / "ph"
+    assert das_main(["synth", "phsafe", "--output", str(data), "--persons", "3137",
+                     "--seed", "5", "--config", str(config)]) == 0  # fmt: skip
+    planned = [m.name for m in phsafe_plan(config).measurements]
+
+    def args(output: Path, run_id: str) -> list[str]:
+        return ["run", "phsafe", "--config", str(config), "--data", str(data), "--output",
+                str(output), "--seed", SEED, "--run-id", run_id, "--skip-validation"]  # fmt: skip
+
+    reference = tmp_path / "in-process" / "out"
+    assert das_main(args(reference, "here")) == 0
+
+    cluster.start_worker("w1")
+    one = tmp_path / "one-worker" / "out"
+    started = time.time()
+    _finished(_das_on_cluster(cluster, *args(one, "one")))
+    assert _release(one) == _release(reference)
+    units = _work_units(cluster.events(), started)
+    buckets = json.loads((RunFolder(one, "one").root / "steps" / "spill.json").read_text())
+    tables = {name.split("/")[1] for name in planned}
+    assert Counter(e["event"] for e in units) == {
+        "count_bucket": buckets["result"],
+        "measure_table_streamed": len(tables),
+    }
+    assert {e["pid"] for e in units} == {cluster.workers()["w1"]}
+
+    cluster.start_worker("w2")
+    two = tmp_path / "two-workers" / "out"
+    paused = "US/PH1_num/usa/A-G"
+    cluster.pause_after(paused)
+    started = time.time()
+    process = _das_on_cluster(cluster, *args(two, "two"))
+    killed, noise_at_kill = _kill_after_draw(
+        cluster, process, paused, RunFolder(two, "two"), started
+    )
+    _finished(process)
+    assert _release(two) == _release(reference)
+    _assert_killed_run_drew_each_measurement_once(
+        cluster, two, "two", planned, paused, {**killed, "started": started}, noise_at_kill
+    )
+
+
+def test_a_worker_that_does_not_see_the_run_folder_is_refused_before_any_draw(
+    tmp_path: Path, cluster: OperatorCluster
+) -> None:
+    """A worker on a "host" whose view of the run's folder is its own (a private tmpfs mounted
+    over it in the worker's mount namespace, as a local disk of another machine would be)."""
+    private = tmp_path / "private"
+    private.mkdir()
+    own_disk = ("unshare", "-m", "--propagation", "private", "sh", "-c")
+    probe = subprocess.run([*own_disk, 'mount -t tmpfs none "$0"', str(private)], check=False)
+    if probe.returncode != 0:
+        pytest.skip("no mount namespaces here (unshare -m): cannot give a worker its own disk")
+    params = private / "params"
+    shutil.copytree(TOY / "input_dir_zcdp", params)
+    config = params / "config.json"
+    cluster.start_worker("shared")
+    cluster.start_worker(
+        "own-disk",
+        wrapper=(*own_disk, 'mount -t tmpfs none "$0" && shift && exec "$@"', str(private), "--"),
+    )
+    output = private / "out"
+    process = _das_on_cluster(
+        cluster, "run", "safetab-p", "--config", str(config), "--data", str(TOY),
+        "--output", str(output), "--seed", SEED, "--run-id", "r",
+    )  # fmt: skip
+    out, err = process.communicate(timeout=RUN_SECONDS)
+    assert process.returncode == 2, out + err
+    assert "worker own-disk" in err and "worker shared" not in err
+    assert "config.json: not found" in err and "not on a shared file system" in err, err[-1500:]
+    assert "Traceback" not in err
+    assert [e for e in cluster.events() if e["event"] == "fresh"] == []
+    assert list(RunFolder(output, "r").noise_dir.glob("*.npy")) == []
+    assert not output.exists()
