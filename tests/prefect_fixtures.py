@@ -28,6 +28,17 @@ def prefect_server():
         yield
 
 
+@pytest.fixture
+def thread_runner(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Flows in this process on Prefect's thread pool (no Dask cluster, no DAS_DASK_ADDRESS),
+    outside production mode with the default ledger beside the output: a test that wants
+    Dask, production mode or a ledger folder sets it itself."""
+    monkeypatch.delenv("DAS_DASK_ADDRESS", raising=False)
+    monkeypatch.delenv("DAS_PRODUCTION", raising=False)
+    monkeypatch.delenv("DAS_LEDGER_DIR", raising=False)
+    monkeypatch.setenv("DAS_TASK_RUNNER", "threads")
+
+
 def artifacts(key: str) -> list:
     """The artifacts stored under ``key`` on the session's Prefect server, newest first.
 

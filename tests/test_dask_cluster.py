@@ -22,6 +22,7 @@ import subprocess
 import sys
 import time
 from collections import Counter
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -49,7 +50,7 @@ RUN_SECONDS = 300
 pytestmark = [
     pytest.mark.skipif(not TOY.is_dir(), reason="../shared toy inputs absent"),
     pytest.mark.slow,
-    pytest.mark.usefixtures("prefect_server"),
+    pytest.mark.usefixtures("prefect_server", "thread_runner"),
 ]
 
 
@@ -207,16 +208,6 @@ def cluster(tmp_path: Path):
     assert left == [], f"processes left behind by the cluster: {left}"
 
 
-@pytest.fixture(autouse=True)
-def in_process_runner(monkeypatch: pytest.MonkeyPatch) -> None:
-    """The reference runs in this process on Prefect's thread pool; the cluster runs get
-    ``DAS_DASK_ADDRESS`` in their own environment."""
-    monkeypatch.delenv("DAS_DASK_ADDRESS", raising=False)
-    monkeypatch.delenv("DAS_PRODUCTION", raising=False)
-    monkeypatch.delenv("DAS_LEDGER_DIR", raising=False)
-    monkeypatch.setenv("DAS_TASK_RUNNER", "threads")
-
-
 def _das_on_cluster(cluster: OperatorCluster, *args: str) -> subprocess.Popen:
     """``das run ...`` in its own process, its tasks on the cluster (as an operator runs it)."""
     env = {**os.environ, "PREFECT_API_URL": _api_url(), "DAS_DASK_ADDRESS": cluster.address}
@@ -306,6 +297,44 @@ def _kill_after_draw(
     return event, noise
 
 
+def _one_then_two_workers(
+    tmp_path: Path,
+    cluster: OperatorCluster,
+    args: Callable[[Path, str], list[str]],
+    planned: list[str],
+    paused: str,
+) -> tuple[Counter, dict[str, Any]]:
+    """The seeded run in process, then on one worker, then on two with the worker that draws
+    ``paused`` killed after the draw: both cluster releases are the in-process one. Returns the
+    units of work of the one-worker run (by function) and its ``spill`` step marker."""
+    reference = tmp_path / "in-process" / "out"
+    assert das_main(args(reference, "here")) == 0
+
+    cluster.start_worker("w1")
+    one = tmp_path / "one-worker" / "out"
+    started = time.time()
+    _finished(_das_on_cluster(cluster, *args(one, "one")))
+    assert _release(one) == _release(reference)
+    units = _work_units(cluster.events(), started)
+    assert {e["pid"] for e in units} == {cluster.workers()["w1"]}  # none in the flow's process
+    spill = json.loads((RunFolder(one, "one").root / "steps" / "spill.json").read_text())
+
+    cluster.start_worker("w2")
+    two = tmp_path / "two-workers" / "out"
+    cluster.pause_after(paused)
+    started = time.time()
+    process = _das_on_cluster(cluster, *args(two, "two"))
+    killed, noise_at_kill = _kill_after_draw(
+        cluster, process, paused, RunFolder(two, "two"), started
+    )
+    _finished(process)
+    assert _release(two) == _release(reference)
+    _assert_killed_run_drew_each_measurement_once(
+        cluster, two, "two", planned, paused, {**killed, "started": started}, noise_at_kill
+    )
+    return Counter(e["event"] for e in units), spill
+
+
 def test_safetab_p_on_an_existing_cluster_is_the_in_process_release(
     tmp_path: Path, cluster: OperatorCluster
 ) -> None:
@@ -318,37 +347,12 @@ def test_safetab_p_on_an_existing_cluster_is_the_in_process_release(
         return ["run", "safetab-p", "--config", str(config), "--data", str(TOY), "--output",
                 str(output), "--seed", SEED, "--run-id", run_id, "--skip-validation"]  # fmt: skip
 
-    reference = tmp_path / "in-process" / "out"
-    assert das_main(args(reference, "here")) == 0
-
-    cluster.start_worker("w1")
-    one = tmp_path / "one-worker" / "out"
-    started = time.time()
-    _finished(_das_on_cluster(cluster, *args(one, "one")))
-    assert _release(one) == _release(reference)
-    units = _work_units(cluster.events(), started)
-    states = json.loads((RunFolder(one, "one").root / "steps" / "spill.json").read_text())
-    assert Counter(e["event"] for e in units) == {
-        "count_state_totals": len(states["result"]),
-        "count_state_cells": len(states["result"]),
+    units, spill = _one_then_two_workers(tmp_path, cluster, args, planned, "US/COUNTY/2/stage-1")
+    assert units == {
+        "count_state_totals": len(spill["result"]),
+        "count_state_cells": len(spill["result"]),
         "measure_level_streamed": len({name.rsplit("/", 1)[0] for name in planned}),
     }
-    assert {e["pid"] for e in units} == {cluster.workers()["w1"]}  # none in the flow's process
-
-    cluster.start_worker("w2")
-    two = tmp_path / "two-workers" / "out"
-    paused = "US/COUNTY/2/stage-1"
-    cluster.pause_after(paused)
-    started = time.time()
-    process = _das_on_cluster(cluster, *args(two, "two"))
-    killed, noise_at_kill = _kill_after_draw(
-        cluster, process, paused, RunFolder(two, "two"), started
-    )
-    _finished(process)
-    assert _release(two) == _release(reference)
-    _assert_killed_run_drew_each_measurement_once(
-        cluster, two, "two", planned, paused, {**killed, "started": started}, noise_at_kill
-    )
 
 
 def test_phsafe_on_an_existing_cluster_is_the_in_process_release(
@@ -367,37 +371,11 @@ def test_phsafe_on_an_existing_cluster_is_the_in_process_release(
         return ["run", "phsafe", "--config", str(config), "--data", str(data), "--output",
                 str(output), "--seed", SEED, "--run-id", run_id, "--skip-validation"]  # fmt: skip
 
-    reference = tmp_path / "in-process" / "out"
-    assert das_main(args(reference, "here")) == 0
-
-    cluster.start_worker("w1")
-    one = tmp_path / "one-worker" / "out"
-    started = time.time()
-    _finished(_das_on_cluster(cluster, *args(one, "one")))
-    assert _release(one) == _release(reference)
-    units = _work_units(cluster.events(), started)
-    buckets = json.loads((RunFolder(one, "one").root / "steps" / "spill.json").read_text())
-    tables = {name.split("/")[1] for name in planned}
-    assert Counter(e["event"] for e in units) == {
-        "count_bucket": buckets["result"],
-        "measure_table_streamed": len(tables),
+    units, spill = _one_then_two_workers(tmp_path, cluster, args, planned, "US/PH1_num/usa/A-G")
+    assert units == {
+        "count_bucket": spill["result"],
+        "measure_table_streamed": len({name.split("/")[1] for name in planned}),
     }
-    assert {e["pid"] for e in units} == {cluster.workers()["w1"]}
-
-    cluster.start_worker("w2")
-    two = tmp_path / "two-workers" / "out"
-    paused = "US/PH1_num/usa/A-G"
-    cluster.pause_after(paused)
-    started = time.time()
-    process = _das_on_cluster(cluster, *args(two, "two"))
-    killed, noise_at_kill = _kill_after_draw(
-        cluster, process, paused, RunFolder(two, "two"), started
-    )
-    _finished(process)
-    assert _release(two) == _release(reference)
-    _assert_killed_run_drew_each_measurement_once(
-        cluster, two, "two", planned, paused, {**killed, "started": started}, noise_at_kill
-    )
 
 
 def test_a_worker_that_does_not_see_the_run_folder_is_refused_before_any_draw(

@@ -39,15 +39,8 @@ NOISY = ("PH1_num", "PH1_denom", "PH2", "PH3", "PH4", "PH5_denom", "PH6", "PH7",
 DERIVED = ("PH5_num", "PH8_num")
 ESTIMATED = ("PH1", "PH2", "PH3", "PH4", "PH5", "PH6", "PH7", "PH8")
 
-pytestmark = [pytest.mark.slow, pytest.mark.usefixtures("prefect_server")]
+pytestmark = [pytest.mark.slow, pytest.mark.usefixtures("prefect_server", "thread_runner")]
 needs_toy = pytest.mark.skipif(not TOY.is_dir(), reason="/work/shared toy inputs absent")
-
-
-@pytest.fixture(autouse=True)
-def thread_runner(monkeypatch: pytest.MonkeyPatch) -> None:
-    """Prefect's thread pool, not a Dask cluster (one test opts back into Dask)."""
-    monkeypatch.delenv("DAS_DASK_ADDRESS", raising=False)
-    monkeypatch.setenv("DAS_TASK_RUNNER", "threads")
 
 
 @pytest.fixture(scope="module")

@@ -37,15 +37,8 @@ TOY = SHARED / "census_specs" / "safetab_p" / "toy"
 pytestmark = [
     pytest.mark.skipif(not TOY.is_dir(), reason="/work/shared toy inputs absent"),
     pytest.mark.slow,
-    pytest.mark.usefixtures("prefect_server"),
+    pytest.mark.usefixtures("prefect_server", "thread_runner"),
 ]
-
-
-@pytest.fixture(autouse=True)
-def thread_runner(monkeypatch: pytest.MonkeyPatch) -> None:
-    """Prefect's thread pool, not a Dask cluster (one test opts back into Dask)."""
-    monkeypatch.delenv("DAS_DASK_ADDRESS", raising=False)
-    monkeypatch.setenv("DAS_TASK_RUNNER", "threads")
 
 
 def _params(tmp_path: Path, infinite: bool = False) -> Path:

@@ -48,16 +48,8 @@ TOY = REPO.parent / "shared" / "census_specs" / "safetab_p" / "toy"
 pytestmark = [
     pytest.mark.skipif(not TOY.is_dir(), reason="../shared toy inputs absent"),
     pytest.mark.slow,
-    pytest.mark.usefixtures("prefect_server"),
+    pytest.mark.usefixtures("prefect_server", "thread_runner"),
 ]
-
-
-@pytest.fixture(autouse=True)
-def thread_runner(monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.delenv("DAS_DASK_ADDRESS", raising=False)
-    monkeypatch.delenv("DAS_PRODUCTION", raising=False)
-    monkeypatch.delenv("DAS_LEDGER_DIR", raising=False)
-    monkeypatch.setenv("DAS_TASK_RUNNER", "threads")
 
 
 def _params(tmp_path: Path, infinite: bool = False) -> Path:

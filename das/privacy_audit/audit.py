@@ -197,6 +197,37 @@ def claimed_epsilon(definition: str, claimed: Budget, delta: float) -> float:
     return conversions.zcdp_to_approx_dp_optimal(claimed, delta)
 
 
+def audited(
+    subject: str,
+    title: str,
+    families: Sequence[Family],
+    composites: Sequence[Composite] = (),
+    *,
+    trials: int,
+    confidence: float = DEFAULT_CONFIDENCE,
+    delta: float = DEFAULT_DELTA,
+    rng: Any = None,
+    neighbours: Sequence[dict[str, Any]] = (),
+    notes: Sequence[str] = (),
+) -> AuditReport:
+    """:func:`run_audit` of ``families`` and ``composites``, as a report."""
+    rows, seconds = run_audit(
+        families, composites, trials=trials, confidence=confidence, delta=delta, rng=rng
+    )
+    return AuditReport(
+        subject=subject,
+        title=title,
+        confidence=confidence,
+        trials=trials,
+        delta=delta,
+        randomness=describe_randomness(rng),
+        seconds=seconds,
+        rows=tuple(rows),
+        neighbours=tuple(neighbours),
+        notes=tuple(notes),
+    )
+
+
 def describe_randomness(rng: Any) -> str:
     if rng is None:
         from das.privacy.rng import default_source

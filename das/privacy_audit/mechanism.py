@@ -26,8 +26,7 @@ from das.privacy_audit.audit import (
     DEFAULT_DELTA,
     AuditReport,
     Family,
-    describe_randomness,
-    run_audit,
+    audited,
 )
 from das.privacy_audit.neighbours import MovedQuery
 
@@ -92,7 +91,6 @@ def audit_mechanism(
 ) -> AuditReport:
     """Claimed versus lower bound for one mechanism (``rng`` None = the secure source)."""
     family = mechanism_family(kind, budget, sensitivity)
-    rows, seconds = run_audit([family], trials=trials, confidence=confidence, delta=delta, rng=rng)
     moves = family.moves[0].delta
     neighbour = {
         "description": "one query's cells moved by the neighbour (D′ − D)",
@@ -102,14 +100,13 @@ def audit_mechanism(
         ),
         "claimed_sensitivity": float(Fraction(exact(sensitivity, "sensitivity"))),
     }
-    return AuditReport(
-        subject="mechanism",
-        title=f"Privacy audit: {kind}, budget {budget}, sensitivity {sensitivity}",
-        confidence=confidence,
+    return audited(
+        "mechanism",
+        f"Privacy audit: {kind}, budget {budget}, sensitivity {sensitivity}",
+        [family],
         trials=trials,
+        confidence=confidence,
         delta=delta,
-        randomness=describe_randomness(rng),
-        seconds=seconds,
-        rows=tuple(rows),
-        neighbours=(neighbour,),
+        rng=rng,
+        neighbours=[neighbour],
     )

@@ -41,8 +41,7 @@ from das.privacy_audit.audit import (
     AuditReport,
     Composite,
     Family,
-    describe_randomness,
-    run_audit,
+    audited,
 )
 from das.privacy_audit.neighbours import ExactAnswers, MovedQuery
 from das.specs.config import (
@@ -331,9 +330,6 @@ def audit_phsafe(
     composite = Composite(
         f"{config.pass_name} pass", tuple(f.name for f in families), compose(plan)
     )
-    rows, seconds = run_audit(
-        families, [composite], trials=trials, confidence=confidence, delta=delta, rng=rng
-    )
     tau = max(config.tau.values(), default=1)
     neighbour = {
         "pass": config.pass_name,
@@ -351,16 +347,16 @@ def audit_phsafe(
         "cells_moved": sum(move.cells_moved for move in moves.values()),
         "moved": {name: [int(v) for v in move.delta] for name, move in moves.items()},
     }
-    return AuditReport(
-        subject="phsafe",
-        title=f"Privacy audit: PHSafe, {config_path}",
-        confidence=confidence,
+    return audited(
+        "phsafe",
+        f"Privacy audit: PHSafe, {config_path}",
+        families,
+        [composite],
         trials=trials,
+        confidence=confidence,
         delta=delta,
-        randomness=describe_randomness(rng),
-        seconds=seconds,
-        rows=tuple(rows),
-        neighbours=(neighbour,),
+        rng=rng,
+        neighbours=[neighbour],
         notes=(
             f"D: {persons} synthetic persons (das synth, seed {population_seed}) plus the "
             "household described above; D′ adds the person whose moves cost the most among the "

@@ -52,8 +52,7 @@ from das.privacy_audit.audit import (
     AuditReport,
     Composite,
     Family,
-    describe_randomness,
-    run_audit,
+    audited,
 )
 from das.privacy_audit.neighbours import (
     N_WORKLOADS,
@@ -441,25 +440,22 @@ def audit_safetab_p(
         description["stability"] = true_stability
         neighbours.append(description)
 
-    rows, seconds = run_audit(
-        families, composites, trials=trials, confidence=confidence, delta=delta, rng=rng
-    )
     by_name = {family.name: family for family in families}
     for description in neighbours:
         members = [f for name, f in by_name.items() if name.startswith(f"{description['pass']}/")]
         description["levels_moved"] = sum(1 for f in members if f.cells_moved)
         description["measurements_moved"] = sum(f.measurements_moved for f in members)
         description["cells_moved"] = sum(f.cells_moved for f in members)
-    return AuditReport(
-        subject="safetab-p",
-        title=f"Privacy audit: SafeTab-P, {config_path}",
-        confidence=confidence,
+    return audited(
+        "safetab-p",
+        f"Privacy audit: SafeTab-P, {config_path}",
+        families,
+        composites,
         trials=trials,
+        confidence=confidence,
         delta=delta,
-        randomness=describe_randomness(rng),
-        seconds=seconds,
-        rows=tuple(rows),
-        neighbours=tuple(neighbours),
+        rng=rng,
+        neighbours=neighbours,
         notes=(
             f"D: {persons} synthetic persons (das synth, seed {population_seed}); D′ = D plus "
             "the person described above, per pass. Stage-1 and stage-2 answers of every group "
