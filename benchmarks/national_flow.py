@@ -116,22 +116,31 @@ def main() -> None:
     parser.add_argument("--output", type=Path, required=True)
     parser.add_argument("--run-id", default="national")
     parser.add_argument("--kill-after-step", help="SIGKILL the run when this step is done")
+    parser.add_argument(
+        "--resume", action="store_true",
+        help="only resume the run in OUTPUT (e.g. one killed by an earlier call)",
+    )  # fmt: skip
     parser.add_argument("--json", type=Path, help="also write the figures to this file")
     args = parser.parse_args()
     data = args.data.resolve()
     config = (args.config or data / "config.json").resolve()
     output = args.output.resolve()
-    if output.exists() or output.with_name(output.name + ".das").exists():
-        sys.exit(f"{output} (or its .das folder) exists: choose a new output")
     run_root = output.with_name(output.name + ".das") / "runs" / args.run_id
+    if args.resume != run_root.is_dir() or output.exists():
+        sys.exit(f"{output}: a published release, or no run folder to resume (--resume) / "
+                 "a run folder already there (without --resume)")  # fmt: skip
     command = [
         sys.executable, "-m", "das", "run", args.product, "--config", str(config),
         "--data", str(data), "--output", str(output), "--run-id", args.run_id,
     ]  # fmt: skip
     print("$", " ".join(command), flush=True)
-    attempts = [_attempt(command, run_root, args.kill_after_step)]
+    if args.resume:
+        noise_at_kill = _noise_files(run_root)
+        attempts = [_attempt(command, run_root, None)]
+    else:
+        attempts = [_attempt(command, run_root, args.kill_after_step)]
+        noise_at_kill = _noise_files(run_root)
     print(json.dumps(attempts[-1]), flush=True)
-    noise_at_kill = _noise_files(run_root)
     if attempts[-1]["killed_after"]:
         attempts.append(_attempt(command, run_root, None))
         print(json.dumps(attempts[-1]), flush=True)
