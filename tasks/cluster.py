@@ -5,7 +5,8 @@ operator; they read the run's inputs and read and write its run folder by path. 
 validation and before any draw, :func:`check_cluster_shares_run` asks every connected worker
 what it sees (:class:`das.runs.shared_storage.SharedView`) and refuses the run, naming each
 worker and what it is missing, unless all of them see the same inputs and the same run folder,
-run the same code and packages, can import the tasks, and can reach the flow's Prefect API.
+run the same code and packages, can import the tasks and the flow's module (the scheduler
+too: it unpickles the task graph), and can reach the flow's Prefect API.
 Runs on a local cluster or thread pool (started by the flow itself, in this machine) are not
 checked: they share this process's file system by construction.
 """
@@ -55,13 +56,18 @@ def existing_cluster() -> DaskTaskRunner | None:
     return None
 
 
-def worker_problems(view: SharedView, api_url: str) -> list[str]:
-    """Run in a worker: what it sees differently from the flow's process (empty: all good)."""
-    problems = [
-        f"cannot import {name} (start the worker from this checkout's virtualenv)"
-        for name in MODULES
+def missing_modules(modules: tuple[str, ...]) -> list[str]:
+    """Run in a cluster process: which of ``modules`` it cannot import."""
+    return [
+        f"cannot import {name} (start it from this checkout's virtualenv)"
+        for name in modules
         if importlib.util.find_spec(name) is None
     ]
+
+
+def worker_problems(view: SharedView, api_url: str, modules: tuple[str, ...]) -> list[str]:
+    """Run in a worker: what it sees differently from the flow's process (empty: all good)."""
+    problems = missing_modules(modules)
     problems += view.problems()
     try:
         with urllib.request.urlopen(
@@ -98,8 +104,12 @@ def check_cluster_shares_run(files: Mapping[str, Path], run_root: Path) -> None:
             f"{WORKER_WAIT_SECONDS:.0f} s): start `dask worker {address}` from this checkout's "
             "virtualenv. Nothing was drawn."
         ) from None
+    # The flow's own module too: what the tasks send refers to it by name (a flow loaded from a
+    # file as a module of its own could not be unpickled there; deploy/das_entrypoints.py).
+    flow = FlowRunContext.get().flow
+    modules = (*MODULES, flow.fn.__module__) if flow is not None else MODULES
     view = SharedView.of_run(files, run_root)
-    answers = client.run(worker_problems, view, api_url, on_error="return")
+    answers = client.run(worker_problems, view, api_url, modules, on_error="return")
     workers = client.scheduler_info()["workers"]
     lines = []
     for worker, answer in sorted(answers.items()):
@@ -111,6 +121,10 @@ def check_cluster_shares_run(files: Mapping[str, Path], run_root: Path) -> None:
         if problems:
             name = (workers.get(worker) or {}).get("name", worker)
             lines.append(f"worker {name} ({worker}): " + "; ".join(problems))
+    # The scheduler unpickles the task graph: it must import the same modules.
+    scheduler = client.run_on_scheduler(missing_modules, modules)
+    if scheduler:
+        lines.append(f"the scheduler: {'; '.join(scheduler)}")
     if lines:
         raise ClusterNotShared(
             f"the Dask cluster at {address} cannot run this run: "

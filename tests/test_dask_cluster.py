@@ -410,3 +410,49 @@ def test_a_worker_that_does_not_see_the_run_folder_is_refused_before_any_draw(
     assert [e for e in cluster.events() if e["event"] == "fresh"] == []
     assert list(RunFolder(output, "r").noise_dir.glob("*.npy")) == []
     assert not output.exists()
+
+
+def test_the_deployment_entrypoint_runs_on_the_cluster_and_a_flow_loaded_by_file_is_refused(
+    tmp_path: Path, cluster: OperatorCluster, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A Prefect worker loads a deployment's entrypoint *file* as a module of its own. The
+    flows' entrypoint (deploy/das_entrypoints.py) keeps each flow in its package module, which
+    the scheduler and the workers import; a flow loaded straight from ``flows/safetab_p.py``
+    (module ``safetab_p``) is refused at start, before anything is drawn, instead of failing
+    at its first task ("No module named 'safetab_p'" in the scheduler)."""
+    from prefect.flows import load_flow_from_entrypoint
+
+    from flows.runner import EagerDaskTaskRunner
+    from tasks.cluster import ClusterNotShared
+
+    params = tmp_path / "params"
+    shutil.copytree(TOY / "input_dir_zcdp", params)
+    cluster.start_worker("w1")
+    monkeypatch.chdir(REPO)
+    monkeypatch.setenv("DAS_DASK_ADDRESS", cluster.address)
+    monkeypatch.setenv("PREFECT_API_URL", _api_url())
+
+    def run(flow: Any, output: Path) -> dict[str, Any]:
+        return flow(config=str(params / "config.json"), data=str(TOY), output=str(output),
+                    seed=int(SEED), run_id="r", skip_validation=True)  # fmt: skip
+
+    try:
+        by_file = load_flow_from_entrypoint("flows/safetab_p.py:safetab_p_flow")
+        assert by_file.fn.__module__ == "safetab_p"
+        with pytest.raises(ClusterNotShared, match="cannot import safetab_p"):
+            run(by_file, tmp_path / "by-file" / "out")
+    finally:
+        sys.modules.pop("safetab_p", None)
+    assert [e for e in cluster.events() if e["event"] == "fresh"] == []
+
+    deployed = load_flow_from_entrypoint("deploy/das_entrypoints.py:safetab_p_flow")
+    assert deployed.fn.__module__ == "flows.safetab_p"
+    output = tmp_path / "deployed" / "out"
+    audit = run(deployed.with_options(task_runner=EagerDaskTaskRunner(address=cluster.address)),
+                output)  # fmt: skip
+    assert audit["status"] == "succeeded"
+    planned = safetab_p_plan(params / "config.json").measurements
+    assert audit["draws"] == {"fresh": len(planned), "reused": 0}
+    assert {e["pid"] for e in cluster.events() if e["event"] == "fresh"} == {
+        cluster.workers()["w1"]
+    }

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import importlib
 import inspect
+import sys
 from pathlib import Path
 
 import pytest
@@ -108,6 +109,9 @@ def test_entrypoint_and_parameters_match_the_flow(deployment: dict) -> None:
     assert (REPO / path).is_file()
     module = importlib.import_module(path.removesuffix(".py").replace("/", "."))
     flow = getattr(module, name)
+    # Loaded from its package module, never from the entrypoint file as a module of its own
+    # (a name that the processes of an existing Dask cluster cannot import).
+    assert flow.fn.__module__.startswith("flows."), flow.fn.__module__
     signature = inspect.signature(flow.fn)
     given = set(deployment.get("parameters", {}))
     required = {
@@ -132,5 +136,6 @@ def test_production_flows_run_their_tasks_on_dask(
 
     monkeypatch.delenv("DAS_TASK_RUNNER", raising=False)
     path, name = deployment["entrypoint"].split(":")
-    module = importlib.reload(importlib.import_module(path.removesuffix(".py").replace("/", ".")))
+    entrypoints = importlib.import_module(path.removesuffix(".py").replace("/", "."))
+    module = importlib.reload(sys.modules[getattr(entrypoints, name).fn.__module__])
     assert isinstance(getattr(module, name).task_runner, DaskTaskRunner)
