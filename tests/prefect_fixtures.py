@@ -39,6 +39,22 @@ def thread_runner(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setenv("DAS_TASK_RUNNER", "threads")
 
 
+def two_state_phsafe(folder: Path) -> tuple[Path, Path]:
+    """The shipped PHSafe demo config cut to two states (DC, RI) and 3,137 seeded synthetic
+    persons under ``folder``: a flow run of a few seconds. (config, data)."""
+    from das.cli import main as das_main
+
+    repo = Path(__file__).resolve().parents[1]
+    config = folder / "ph-config.json"
+    settings = json.loads((repo / "data_specs/phsafe/demo/config.json").read_text())
+    settings["state_filter"] = ["11", "44"]
+    config.write_text(json.dumps(settings))
+    data = folder / "ph"
+    assert das_main(["synth", "phsafe", "--output", str(data), "--persons", "3137",
+                     "--seed", "5", "--config", str(config)]) == 0  # fmt: skip
+    return config, data
+
+
 def artifacts(key: str) -> list:
     """The artifacts stored under ``key`` on the session's Prefect server, newest first.
 

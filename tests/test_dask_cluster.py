@@ -34,6 +34,7 @@ configure_offline()
 
 import distributed  # noqa: E402
 import psutil  # noqa: E402
+from prefect_fixtures import two_state_phsafe  # noqa: E402
 
 from das.cli import main as das_main  # noqa: E402
 from das.runs.folder import RunFolder  # noqa: E402
@@ -358,13 +359,7 @@ def test_safetab_p_on_an_existing_cluster_is_the_in_process_release(
 def test_phsafe_on_an_existing_cluster_is_the_in_process_release(
     tmp_path: Path, cluster: OperatorCluster
 ) -> None:
-    config = tmp_path / "config.json"
-    settings = json.loads((REPO / "data_specs/phsafe/demo/config.json").read_text())
-    settings["state_filter"] = ["11", "44"]
-    config.write_text(json.dumps(settings))
-    data = tmp_path / "ph"
-    assert das_main(["synth", "phsafe", "--output", str(data), "--persons", "3137",
-                     "--seed", "5", "--config", str(config)]) == 0  # fmt: skip
+    config, data = two_state_phsafe(tmp_path)
     planned = [m.name for m in phsafe_plan(config).measurements]
 
     def args(output: Path, run_id: str) -> list[str]:

@@ -33,6 +33,7 @@ from prefect.client.schemas.filters import (  # noqa: E402
     LogFilter,
     LogFilterFlowRunId,
 )
+from prefect_fixtures import two_state_phsafe  # noqa: E402
 
 from das.cli import main as das_main  # noqa: E402
 from das.io.writers import file_sha256  # noqa: E402
@@ -354,13 +355,7 @@ def test_kill_9_while_writing_then_resume_never_shows_a_partial_release(
 
 
 def test_the_prefect_server_sees_no_record_counts(tmp_path: Path) -> None:
-    config = tmp_path / "ph-config.json"
-    settings = json.loads((REPO / "data_specs/phsafe/demo/config.json").read_text())
-    settings["state_filter"] = ["11", "44"]
-    config.write_text(json.dumps(settings))
-    data = tmp_path / "ph"
-    assert das_main(["synth", "phsafe", "--output", str(data), "--persons", "3137",
-                     "--seed", "5", "--config", str(config)]) == 0  # fmt: skip
+    config, data = two_state_phsafe(tmp_path)
     counts = {
         name: sum(1 for line in (data / name).read_text().splitlines()[1:] if line)
         for name in ("persons.csv", "units.csv", "geo.csv")
