@@ -112,11 +112,11 @@ def create_app(workspace: Path, token: str | None = None) -> FastAPI:
             )
         )
 
-    @app.post("/api/safetab-p/evaluate")
-    def safetab_evaluate(body: JsonBody) -> Any:
+    def evaluate(panel: Any, body: JsonBody) -> Any:
+        """One product panel's figures for the page's edited state (same body for both)."""
         return guarded(
             lambda: params.to_transport(
-                safetab.evaluate(
+                panel.evaluate(
                     body["state"],
                     float(body.get("delta", 1e-10)),
                     body.get("targets"),
@@ -125,18 +125,13 @@ def create_app(workspace: Path, token: str | None = None) -> FastAPI:
             )
         )
 
+    @app.post("/api/safetab-p/evaluate")
+    def safetab_evaluate(body: JsonBody) -> Any:
+        return evaluate(safetab, body)
+
     @app.post("/api/phsafe/evaluate")
     def phsafe_evaluate(body: JsonBody) -> Any:
-        return guarded(
-            lambda: params.to_transport(
-                phsafe.evaluate(
-                    body["state"],
-                    float(body.get("delta", 1e-10)),
-                    body.get("targets"),
-                    body.get("decimals", 6),
-                )
-            )
-        )
+        return evaluate(phsafe, body)
 
     @app.post("/api/compare")
     def compare_sets(body: JsonBody) -> Any:
