@@ -4,8 +4,10 @@
 The Prefect face of ``das run phsafe`` (one pass per config: ``state_filter ["72"]`` is Puerto
 Rico, else the US), over the bucketed engine (the same release as the in-memory
 :func:`das.phsafe.engine.run_phsafe`, in memory bounded whatever the input size:
-:mod:`das.phsafe.streamed`). :func:`tasks.run_context.release_run` first checks the production
-policy, the output lock, the identity of a resumed run and the dataset's privacy ledger. Buckets
+:mod:`das.phsafe.streamed`). :func:`tasks.run_context.release_run` first seals the config and
+checks the production policy, the privacy ledger, the run id's binding and the output; after
+the spill — which fingerprints the three files — the run proves it holds the records
+validation read and the ledger authorizes its spend, before the first draw. Buckets
 and tables run in parallel on the task runner; tasks exchange paths into the run's work folder.
 Every draw is persisted in ``OUT.das/runs/<run-id>/`` with its ledger entry, so a rerun with the
 same run id (by default the Prefect flow-run id: Prefect's Retry) reuses the noise already drawn
@@ -25,19 +27,17 @@ from typing import Any  # noqa: E402
 
 from prefect import flow  # noqa: E402
 
+from das.phsafe.parameters import parse_parameters, run_inputs  # noqa: E402
 from das.postprocess.phsafe import estimates_diagnostics  # noqa: E402
 from das.privacy.accounting import summarize  # noqa: E402
 from flows.runner import task_runner_from_env  # noqa: E402
-from tasks.common import record_draws, run_once, validation_gate  # noqa: E402
+from tasks.common import input_path, record_draws, run_once, validation_gate  # noqa: E402
 from tasks.phsafe import (  # noqa: E402
     count_bucket_task,
     derived_tables,
     measure_table_task,
     pass_accountant,
-    plan_pass,
-    plan_run,
     postprocess_task,
-    run_inputs,
     spill_records,
     write_outputs,
 )
@@ -45,6 +45,7 @@ from tasks.run_context import RunRequest, release_run, resolve_path  # noqa: E40
 
 PRODUCT = "phsafe"
 DEFAULT_DELTA = 1e-10
+RECORD_FILES = ("persons", "units", "geo")
 
 
 # The task runner is read from the environment at import (deployment workers); `das run`
@@ -65,16 +66,18 @@ def phsafe_flow(
     credible_interval: str = "equal-tailed",
     cumulative_total: dict[str, str] | None = None,
     replace_release: bool = False,
+    started_from: str = "python",
 ) -> dict[str, Any]:
     """Run PHSafe on ``data`` with ``config`` into ``output``; returns the audit record.
 
     ``credible_interval``: ``"equal-tailed"`` (default) or ``"hpd"`` (shortest; calibrated
     near zero) for the count tables' 90% intervals (:mod:`das.postprocess.counts`).
     ``cumulative_total``: pass → the new cumulative total the operator accepts when the
-    dataset already has recorded spend. ``replace_release``: move an existing release of
-    another run aside (recorded).
+    dataset already has recorded spend (outside production; in production spend is approved in
+    the privacy ledger). ``replace_release``: move an existing release of another run aside
+    (recorded). ``started_from``: ``cli`` when `das run` calls it.
 
-    Raises ``RunRefused`` (nothing touched) or ``ValidationFailed`` (before any noise is drawn).
+    Raises ``RunRefused`` (nothing drawn) or ``ValidationFailed`` (before any noise is drawn).
     """
     config_path, data_dir = resolve_path(config), resolve_path(data)
     request = RunRequest(
@@ -91,19 +94,25 @@ def phsafe_flow(
         },
         cumulative_total=cumulative_total,
         replace_release=replace_release,
+        skip_validation=skip_validation,
+        context=started_from,
+        config_path=config_path,
+        data_dir=data_dir,
     )
     inputs = run_inputs(config_path, data_dir)
-    with release_run(request, inputs, plan_run(config_path)) as run:
+    with release_run(request, inputs, parse_parameters) as run:
         folder, audit, steps = run.folder, run.audit, run.steps
-        validation_gate(
-            PRODUCT, audit, str(config_path), str(data_dir), folder, skip_validation, steps
-        )
-        plan = plan_pass(str(config_path))
+        validation_gate(run)
+        plan = run.parameters
+        if plan is None:
+            raise RuntimeError("the parameters passed validation but could not be parsed")
+        paths = {name: str(input_path(inputs, name)) for name in RECORD_FILES}
         work = str(folder.root / "work")
         with audit.stage("spill"):
-            buckets = run_once(
-                steps, "spill", lambda: spill_records(plan.config, str(data_dir), work, folder)
+            spilled = run_once(
+                steps, "spill", lambda: spill_records(plan.config, paths, work, folder)
             )
+        run.authorize(spilled["fingerprints"])
         with audit.stage("counts"):
             run_once(
                 steps,
@@ -112,7 +121,7 @@ def phsafe_flow(
                     future.result()
                     for future in [
                         count_bucket_task.submit(plan.config, work, bucket)
-                        for bucket in range(buckets)
+                        for bucket in range(spilled["buckets"])
                     ]
                 ],
             )
@@ -120,7 +129,7 @@ def phsafe_flow(
         with audit.stage("measure"):
             futures = [
                 measure_table_task.submit(
-                    plan.config, table, queries, work, folder, seed, run.lease
+                    plan.config, table, queries, work, folder, seed, run.lease, run.draws
                 )
                 for table, queries in plan.queries.items()
             ]

@@ -3,9 +3,11 @@ measure levels → cells per state → write → publish.
 
 The Prefect face of ``das run safetab-p``, over the streamed engine (the same release as the
 in-memory :func:`das.safetab_p.engine.run_safetab_p`, in memory bounded whatever the size of
-the input: :mod:`das.safetab_p.streamed`). Before anything is read or touched,
-:func:`tasks.run_context.release_run` checks the production policy, the output lock, the
-identity of a resumed run and the dataset's privacy ledger (a refusal raises ``RunRefused``).
+the input: :mod:`das.safetab_p.streamed`). Before any record is read,
+:func:`tasks.run_context.release_run` seals the parameters and checks the production policy,
+the privacy ledger, the run id's binding and the output (a refusal raises ``RunRefused``);
+after the person file's spill — which fingerprints it — the run proves it holds the records
+validation read and the ledger authorizes its spend, before the first draw.
 States and levels run in parallel through the task runner (:func:`flows.runner.
 task_runner_from_env`); tasks exchange paths into the run's work folder, never frames. Every
 draw is persisted in ``OUT.das/runs/<run-id>/`` with its ledger entry, so rerunning a failed run
@@ -27,8 +29,9 @@ from typing import Any  # noqa: E402
 from prefect import flow  # noqa: E402
 
 from das.privacy.accounting import PrivacyAccountant, summarize  # noqa: E402
+from das.safetab_p.parameters import parse_parameters, run_inputs  # noqa: E402
 from flows.runner import task_runner_from_env  # noqa: E402
-from tasks.common import record_draws, run_once, validation_gate  # noqa: E402
+from tasks.common import input_path, record_draws, run_once, validation_gate  # noqa: E402
 from tasks.run_context import RunRequest, release_run, resolve_path  # noqa: E402
 from tasks.safetab_p import (  # noqa: E402
     SafeTabPJob,
@@ -38,9 +41,7 @@ from tasks.safetab_p import (  # noqa: E402
     count_state_totals_task,
     measure_level_task,
     pass_accountant,
-    plan_run,
     prepare_geography_task,
-    run_inputs,
     spill_persons_task,
     write_tables,
 )
@@ -72,15 +73,18 @@ def safetab_p_flow(
     coterminous: str | None = None,
     cumulative_total: dict[str, str] | None = None,
     replace_release: bool = False,
+    started_from: str = "python",
 ) -> dict[str, Any]:
     """Run SafeTab-P on ``data`` with ``config`` into ``output``; returns the audit record.
 
     ``coterminous``: a reviewed ``coterminous-geographies.txt`` (``das coterminous derive``);
     without it the sets are derived from the GRF-C in the run. ``cumulative_total``: pass →
-    the new cumulative total the operator accepts when the dataset already has recorded spend.
+    the new cumulative total the operator accepts when the dataset already has recorded spend
+    (outside production; in production spend is approved in the privacy ledger).
     ``replace_release``: move an existing release of another run aside (recorded).
+    ``started_from``: ``cli`` when `das run` calls it (refusals then name its flags).
 
-    Raises ``RunRefused`` (nothing touched) or ``ValidationFailed`` (before any noise is drawn).
+    Raises ``RunRefused`` (nothing drawn) or ``ValidationFailed`` (before any noise is drawn).
     """
     config_path, data_dir = resolve_path(config), resolve_path(data)
     coterminous_path = resolve_path(coterminous) if coterminous else None
@@ -98,23 +102,29 @@ def safetab_p_flow(
         },
         cumulative_total=cumulative_total,
         replace_release=replace_release,
+        skip_validation=skip_validation,
+        context=started_from,
+        config_path=config_path,
+        data_dir=data_dir,
     )
     inputs = run_inputs(config_path, data_dir, coterminous_path)
-    with release_run(request, inputs, plan_run(config_path)) as run:
+    with release_run(request, inputs, parse_parameters) as run:
         folder, audit, steps = run.folder, run.audit, run.steps
-        validation_gate(
-            PRODUCT, audit, str(config_path), str(data_dir), folder, skip_validation, steps
-        )
+        validation_gate(run)
+        if run.parameters is None:
+            raise RuntimeError("the parameters passed validation but could not be parsed")
         job = SafeTabPJob(
-            str(config_path),
-            str(data_dir),
+            run.parameters,
+            str(input_path(inputs, "person-records")),
+            str(input_path(inputs, "GRF-C")),
             str(folder.root / "work"),
-            None if coterminous_path is None else str(coterminous_path),
         )
         with audit.stage("geography"):
-            run_once(steps, "geography", lambda: prepare_geography_task(job))
+            grf_c = run_once(steps, "geography", lambda: prepare_geography_task(job))
         with audit.stage("spill"):
-            states = run_once(steps, "spill", lambda: spill_persons_task(job, folder))
+            spilled = run_once(steps, "spill", lambda: spill_persons_task(job, folder))
+        run.authorize({"person-records": spilled["fingerprint"], "GRF-C": grf_c})
+        states = spilled["states"]
         with audit.stage("totals"):
             run_once(steps, "totals", lambda: _per_state(count_state_totals_task, job, states))
             run_once(steps, "combine-totals", lambda: combine_totals_task(job))
@@ -123,7 +133,7 @@ def safetab_p_flow(
         with audit.stage("measure"):
             futures = {
                 name: [
-                    measure_level_task.submit(job, partition, folder, seed, run.lease)
+                    measure_level_task.submit(job, partition, folder, seed, run.lease, run.draws)
                     for partition in levels
                 ]
                 for name, levels in partitions.items()

@@ -17,8 +17,9 @@ import contextlib  # noqa: E402
 import json  # noqa: E402
 import logging  # noqa: E402
 from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence  # noqa: E402
+from dataclasses import dataclass  # noqa: E402
 from pathlib import Path  # noqa: E402
-from typing import Any  # noqa: E402
+from typing import TYPE_CHECKING, Any  # noqa: E402
 
 from prefect import get_run_logger, task  # noqa: E402
 from prefect.artifacts import (  # noqa: E402
@@ -28,12 +29,18 @@ from prefect.artifacts import (  # noqa: E402
 )
 from prefect.cache_policies import NO_CACHE  # noqa: E402
 
+from das.io.fingerprint import combine_fingerprints  # noqa: E402
 from das.privacy.accounting import Measurement, PrivacyAccountant, compose, summarize  # noqa: E402
 from das.privacy.report import measurement_row  # noqa: E402
 from das.runs.audit import AuditRecorder, audit_markdown, md_escape  # noqa: E402
 from das.runs.folder import RunFolder  # noqa: E402
+from das.runs.ledger import PrivacyLedger  # noqa: E402
 from das.runs.steps import RunSteps  # noqa: E402
 from das.validation.report import ValidationFailed  # noqa: E402
+
+if TYPE_CHECKING:
+    from das.runs.start import RunInputs
+    from tasks.run_context import ReleaseRun
 
 # Loggers whose records go to the run's log file: the flow and task run loggers, the engine.
 RUN_LOGGERS = ("prefect.flow_runs", "prefect.task_runs", "das")
@@ -193,34 +200,29 @@ def stored_ledgers(folder: RunFolder) -> dict[str, Any]:
     }
 
 
-def found_inputs(
-    data_dir: str | Path, resolvers: Iterable[Callable[[str | Path], Path]]
-) -> dict[str, Path]:
-    """name → path of each input file a resolver finds in ``data_dir``; a missing or ambiguous
-    one is left out here (validation and the loader report it)."""
-    paths: dict[str, Path] = {}
-    for resolve in resolvers:
-        try:
-            path = resolve(data_dir)
-        except (FileNotFoundError, ValueError):
-            continue
-        paths[path.name] = path
-    return paths
+@dataclass(frozen=True)
+class ValidationOutcome:
+    """A validation's summary (counts and check names: for the audit and Prefect) and the
+    canonical fingerprints of the files it read (for the ledger; never shown)."""
+
+    summary: dict[str, Any]
+    fingerprints: dict[str, str]
 
 
 @task(name="validate-inputs", retries=2, retry_delay_seconds=2, cache_policy=NO_CACHE,
       persist_result=False)  # fmt: skip
 def validate_inputs(
     product: str, config_path: str, data_dir: str, report_dir: str
-) -> dict[str, Any]:
-    """Run `das validate <product>`; the summary (counts and check names, no values)."""
+) -> ValidationOutcome:
+    """Run `das validate <product>`; the summary (counts and check names, no values) and the
+    records' fingerprints."""
     from das.validation import validate_phsafe, validate_safetab_p
 
     validator = {"safetab-p": validate_safetab_p, "phsafe": validate_phsafe}[product]
     report = validator(config_path, data_dir, report_dir)
     for line in report.summary_lines()[:1]:
         get_run_logger().info(line)
-    return {
+    summary = {
         "skipped": False,
         "ok": report.ok,
         "errors": len(report.errors),
@@ -229,40 +231,74 @@ def validate_inputs(
         "checks_run": len(report.checks_run),
         "report_dir": report_dir,
     }
+    return ValidationOutcome(summary, dict(getattr(report, "fingerprints", None) or {}))
 
 
-def validation_gate(
+def record_validation(
+    ledger: PrivacyLedger,
     product: str,
-    audit: AuditRecorder,
-    config: str,
-    data: str,
-    folder: RunFolder,
-    skip: bool,
-    steps: RunSteps | None = None,
-) -> None:
-    """Validate the inputs (or record that the operator skipped it); raise
-    :class:`ValidationFailed` before any noise is drawn when they are invalid. A resumed run
-    whose earlier attempt validated these very inputs (same identity) reuses that verdict."""
+    confidential: list[str],
+    outcome: ValidationOutcome,
+    config_sha256: str,
+    run_id: str | None = None,
+) -> str | None:
+    """The verdict in the privacy ledger, under the dataset id of the records validated (none
+    when a file could not be read whole); the dataset id."""
+    prints = outcome.fingerprints
+    dataset = None
+    if confidential and all(name in prints for name in confidential):
+        dataset = ledger.dataset_id(combine_fingerprints({n: prints[n] for n in confidential}))
+    ledger.record_validation(product, dataset, config_sha256, outcome.summary, run_id)
+    return dataset
+
+
+def validation_gate(run: ReleaseRun) -> None:
+    """Validate the inputs — the run folder's sealed copy of the parameters and the records —
+    (or record that the operator skipped it); raise :class:`ValidationFailed` before any noise
+    is drawn when they are invalid. A resumed run whose earlier attempt validated these very
+    files reuses that verdict (and its fingerprints). The verdict goes into the ledger."""
+    audit, steps, folder = run.audit, run.steps, run.folder
     with audit.stage("validate"):
-        if skip:
+        if run.request.skip_validation:
             audit.update(validation={"skipped": True})
             get_run_logger().info("validation skipped (--skip-validation)")
             return
-        earlier = steps.done("validate") if steps is not None else None
+        earlier = steps.done("validate")
         if earlier is not None:
             audit.update(validation={**earlier["result"], "from_earlier_attempt": True})
-            get_run_logger().info("inputs unchanged since an earlier attempt validated them")
+            run.validated = dict(earlier.get("fingerprints") or {})
+            get_run_logger().info("records unchanged since an earlier attempt validated them")
             return
-        summary = validate_inputs(product, str(config), str(data), str(folder.validation_dir))
+        outcome = validate_inputs(
+            run.product, str(run.sealed_config), str(run.inputs.data_dir),
+            str(folder.validation_dir),
+        )  # fmt: skip
+        run.sealed.check_copy(folder.root)
+        summary = outcome.summary
         audit.update(validation=summary)
-        if summary["ok"] and steps is not None:
-            steps.mark("validate", result=summary)
+        record_validation(
+            run.ledger, run.product, sorted(run.inputs.confidential), outcome,
+            run.sealed.sha256("config.json"), run.run_id,
+        )  # fmt: skip
         if not summary["ok"]:
             raise ValidationFailed(
                 f"inputs are not valid: {summary['errors']} error(s) in checks "
                 f"{', '.join(summary['failed_checks'])}; report in "
                 f"{summary['report_dir']}; no noise was drawn"
             )
+        run.validated = dict(outcome.fingerprints)
+        steps.mark("validate", result=summary, fingerprints=outcome.fingerprints)
+
+
+def input_path(inputs: RunInputs, name: str) -> Path:
+    """The record file ``name`` of the run (a run with ``--skip-validation`` meets a missing one
+    here, before anything is drawn)."""
+    path = inputs.records().get(name)
+    if path is None:
+        raise ValidationFailed(
+            f"no {name} input in {inputs.data_dir} (.txt/.csv or .parquet); nothing was drawn"
+        )
+    return Path(path)
 
 
 def run_once(steps: RunSteps, name: str, call: Callable[[], Any]) -> Any:

@@ -16,7 +16,6 @@ from das.offline import configure_offline
 configure_offline()
 
 from dataclasses import dataclass  # noqa: E402
-from functools import partial  # noqa: E402
 from pathlib import Path  # noqa: E402
 from typing import Any  # noqa: E402
 
@@ -24,17 +23,10 @@ import pandas as pd  # noqa: E402
 from prefect import get_run_logger, task  # noqa: E402
 from prefect.cache_policies import NO_CACHE  # noqa: E402
 
-from das.io.phsafe import PHSAFE_INPUTS  # noqa: E402
-from das.io.phsafe import input_paths as data_paths  # noqa: E402
-from das.io.tables import resolve_input  # noqa: E402
 from das.io.writers import file_sha256  # noqa: E402
-from das.phsafe.engine import (  # noqa: E402
-    add_derived_tables,
-    queries_by_table,
-    write_table_folder,
-)
+from das.phsafe.engine import add_derived_tables, write_table_folder  # noqa: E402
 from das.phsafe.measure import output_columns  # noqa: E402
-from das.phsafe.plan import plan_phsafe  # noqa: E402
+from das.phsafe.parameters import PHSafeParameters  # noqa: E402
 from das.phsafe.streamed import (  # noqa: E402
     PHSafeWork,
     count_bucket,
@@ -50,23 +42,15 @@ from das.postprocess.phsafe import (  # noqa: E402
 from das.privacy.accounting import Measurement, PrivacyAccountant, compose  # noqa: E402
 from das.runs.curator_log import curator_log  # noqa: E402
 from das.runs.folder import RunFolder  # noqa: E402
-from das.runs.noise_store import NoiseStore, secure_streams, seeded_streams  # noqa: E402
+from das.runs.noise_store import (  # noqa: E402
+    DrawLedger,
+    NoiseStore,
+    secure_streams,
+    seeded_streams,
+)
 from das.runs.release import RunLease  # noqa: E402
-from das.specs.config import ConfigError, PHSafeConfig, load_phsafe_config  # noqa: E402
-from tasks.common import combine_ledgers, found_inputs  # noqa: E402
-from tasks.run_context import RunInputs, RunPlan  # noqa: E402
-
-
-@dataclass(frozen=True)
-class PHSafePlan:
-    """The pass's config and its planned queries by table (public: no record is read)."""
-
-    config: PHSafeConfig
-    queries: dict[str, tuple[Measurement, ...]]
-
-    @property
-    def plan(self) -> tuple[Measurement, ...]:
-        return tuple(m for measurements in self.queries.values() for m in measurements)
+from das.specs.config import PHSafeConfig  # noqa: E402
+from tasks.common import combine_ledgers  # noqa: E402
 
 
 @dataclass(frozen=True)
@@ -85,53 +69,28 @@ def table_partition(pass_name: str, table: str) -> str:
     return f"{pass_name}/{table}"
 
 
-def run_inputs(config_path: str | Path, data_dir: str | Path) -> RunInputs:
-    """Every file a PHSafe run reads: the config and the three record files (persons, units
-    and geo, all confidential: they key the privacy ledger)."""
-    resolvers = [partial(resolve_input, spec=spec) for spec in PHSAFE_INPUTS]
-    return RunInputs(config=Path(config_path), confidential=found_inputs(data_dir, resolvers))
-
-
-def plan_run(config_path: str | Path) -> RunPlan | None:
-    """The pass's planned queries from the config alone; None when it cannot be read
-    (validation then says why, and nothing is drawn)."""
-    try:
-        config = load_phsafe_config(config_path)
-    except (ConfigError, OSError, ValueError):
-        return None
-    return RunPlan(config.privacy_defn.value, tuple(plan_phsafe(config)))
-
-
-@task(name="plan-pass", retries=2, retry_delay_seconds=2, cache_policy=NO_CACHE,
-      persist_result=False)  # fmt: skip
-def plan_pass(config_path: str) -> PHSafePlan:
-    """Read the config and plan the pass's queries, grouped by table."""
-    config = load_phsafe_config(config_path)
-    queries = {t: tuple(ms) for t, ms in queries_by_table(plan_phsafe(config)).items()}
-    get_run_logger().info(
-        "pass %s: %d tables, %d planned queries",
-        config.pass_name, len(queries), sum(map(len, queries.values())),
-    )  # fmt: skip
-    return PHSafePlan(config, queries)
-
-
 @task(name="spill-records", retries=2, retry_delay_seconds=2, cache_policy=NO_CACHE,
       persist_result=False)  # fmt: skip
-def spill_records(config: PHSafeConfig, data_dir: str, work: str, folder: RunFolder) -> int:
+def spill_records(
+    config: PHSafeConfig, paths: dict[str, str], work: str, folder: RunFolder
+) -> dict[str, Any]:
     """Read the three input files once, in chunks, and partition the records each table can use
-    by household bucket (``MAFID mod B``) into the work folder; the number of buckets.
+    by household bucket (``MAFID mod B``) into the work folder: the number of buckets and the
+    files' canonical fingerprints, computed on that same read (never sent to Prefect).
 
     File row counts go to the curator's local log only (never the Prefect server); the
     in-universe counts (occupied units, persons in them) are true counts of released tables
     and are logged nowhere."""
-    spilled = spill_phsafe(config, data_paths(data_dir), PHSafeWork(Path(work)))
+    spilled = spill_phsafe(
+        config, {name: Path(path) for name, path in paths.items()}, PHSafeWork(Path(work))
+    )
     curator_log(
         folder, "pass %s: read %d persons, %d units, %d geo rows",
         config.pass_name, spilled.rows_read["persons"], spilled.rows_read["units"],
         spilled.rows_read["geo"],
     )  # fmt: skip
     get_run_logger().info("pass %s: records spilled into household buckets", config.pass_name)
-    return spilled.buckets
+    return {"buckets": spilled.buckets, "fingerprints": dict(spilled.fingerprints)}
 
 
 @task(name="count-bucket", cache_policy=NO_CACHE, persist_result=False)
@@ -150,9 +109,11 @@ def measure_table_task(
     folder: RunFolder,
     seed: int | None,
     lease: RunLease | None = None,
+    draws: DrawLedger | None = None,
 ) -> TableResult:
     """Every query of one table on the buckets' summed counts, each drawn through the table's
-    persisted noise store (reused on a rerun; checked against the run's lease)."""
+    persisted noise store (charged and recorded in the privacy ledger, reused on a rerun only as
+    the ledger recorded it; checked against the run's lease)."""
     partition = table_partition(config.pass_name, table)
     store = NoiseStore.open(
         folder,
@@ -161,6 +122,7 @@ def measure_table_task(
         compose(measurements),
         secure_streams() if seed is None else seeded_streams(seed),
         guard=None if lease is None else lease.check,
+        draws=draws,
     )
     frame = measure_table_streamed(
         config, PHSafeWork(Path(work)), table, store, store.accountant
@@ -174,7 +136,7 @@ def measure_table_task(
     )
 
 
-def pass_accountant(plan: PHSafePlan, results: list[TableResult]) -> PrivacyAccountant:
+def pass_accountant(plan: PHSafeParameters, results: list[TableResult]) -> PrivacyAccountant:
     """The pass's ledger: every table's queries composed sequentially under the pass total."""
     return combine_ledgers(
         plan.config.privacy_defn.value, plan.plan, [result.ledger for result in results]

@@ -1,28 +1,26 @@
-"""The release run of a product flow: every check that must pass before anything is touched, and
-the one place where a release is published.
+"""The release run of a product flow: the start checks, the privacy ledger's steps, and the one
+place where a release is published.
 
-:func:`release_run` is what both product flows open first. In order, before validation and
-before the output is touched:
+:func:`release_run` is what both product flows open first:
 
-1. the production policy (:func:`das.runs.policy.check_release_policy`): no seed, no infinite
-   budget and a configured ledger under ``DAS_PRODUCTION=1``, whoever started the flow;
-2. the run id: the one given, else the Prefect flow-run id, so that Prefect's Retry of a failed
-   or crashed run resumes its run folder;
-3. the hashes of every file the run reads, and the output lock (one live run per output);
-4. a rerun must present the identity its noise was drawn for (:mod:`das.runs.identity`);
-5. an existing release of another run is never overwritten (unless explicitly replaced);
-6. the privacy ledger of the dataset reserves this run's spend, or refuses it
-   (:mod:`das.runs.ledger`).
-7. on an existing Dask cluster (``DAS_DASK_ADDRESS``), every worker sees the inputs and the run
-   folder as this process does (:mod:`tasks.cluster`; after the run folder is made, before
-   validation: a refusal then leaves an audit and a run folder without noise).
+1. every check that needs no record (:func:`das.runs.start.check_start`: production mode,
+   regular input files, the sealed parameters and their plan, the production policy, the
+   privacy ledger — initialized, intact, the ledger of the releases beside the output —, the
+   run id's binding, an open approval in production, no overwrite, no live run);
+2. the output lock; the ledger binds the run id to its output, product, sealed parameters,
+   budgets and seed mode (a new run) or opens a new attempt (a resume);
+3. the run folder, its lease, the sealed copy, the staging folder, the audit, the local log;
+   on an existing Dask cluster, every worker must see the records and the run folder.
 
-A refusal raises :class:`RunRefused` and leaves the output and its run folders as they were
-(the refusal is recorded in the ledger's events). Then the run folder, its lease, the staging
-folder, the audit and the local run log are set up, and the flow body runs.
-:meth:`ReleaseRun.publish` writes the audit and the manifest into the staging folder and
-renames it into place. Whatever happens, the attempt's ``audit.json`` is written to its run
-folder and posted as an artifact.
+Then the flow reads the records twice (validation, and the pass that feeds the measurement),
+and :meth:`ReleaseRun.authorize` proves they are the same records (canonical fingerprints),
+binds the run to that dataset in the ledger and counts its spend — under an approval in
+production (a deployment run pauses for one), or the operator's accepted cumulative total
+outside it. :meth:`ReleaseRun.start_drawing` comes after, and every draw is charged and
+recorded in the ledger (:class:`das.runs.noise_store.DrawLedger`). :meth:`ReleaseRun.publish`
+writes the audit and the manifest — which carries the ledger head — and renames the release
+into place. Whatever happens, the attempt's ``audit.json`` is written to its run folder and
+posted as an artifact, and a run that stopped before its first draw returns its reservation.
 """
 
 from __future__ import annotations
@@ -32,6 +30,7 @@ from das.offline import configure_offline
 configure_offline()
 
 import contextlib  # noqa: E402
+import shutil  # noqa: E402
 from collections.abc import Iterator, Mapping, Sequence  # noqa: E402
 from dataclasses import dataclass, field  # noqa: E402
 from pathlib import Path  # noqa: E402
@@ -39,28 +38,36 @@ from typing import Any  # noqa: E402
 
 from prefect import get_run_logger  # noqa: E402
 
-from das.privacy.accounting import Measurement, PrivacyAccountant, compose  # noqa: E402
+from das.io.fingerprint import combine_fingerprints  # noqa: E402
+from das.privacy.accounting import PrivacyAccountant  # noqa: E402
 from das.privacy.mechanisms import Budget  # noqa: E402
-from das.runs.audit import AuditRecorder, file_hashes  # noqa: E402
-from das.runs.folder import RunFolder, check_run_id  # noqa: E402
-from das.runs.identity import RunIdentity, hash_files, seed_mode  # noqa: E402
+from das.runs.audit import AuditRecorder  # noqa: E402
+from das.runs.folder import RunFolder  # noqa: E402
 from das.runs.ledger import (  # noqa: E402
+    ApprovalRequired,
+    LedgerInfo,
+    LedgerRefused,
+    PassSpend,
     PrivacyLedger,
-    RunSpend,
-    dataset_key,
+    RunState,
     decimal_text,
     parse_total,
 )
-from das.runs.noise_store import describe_streams  # noqa: E402
-from das.runs.policy import (  # noqa: E402
-    RunRefused,
-    check_release_policy,
-    ledger_directory,
-    marker_banner,
-    privacy_markers,
-)
+from das.runs.noise_store import DrawLedger, describe_streams  # noqa: E402
+from das.runs.policy import Remedy, RunRefused, marker_banner  # noqa: E402
 from das.runs.release import OutputLock, ReleaseStager, RunLease, new_lease  # noqa: E402
+from das.runs.seal import SealedParameters  # noqa: E402
+from das.runs.start import (  # noqa: E402
+    Parse,
+    RunInputs,
+    RunRequest,
+    StartCheck,
+    approve_command,
+    check_start,
+    release_folder,
+)
 from das.runs.steps import RunSteps  # noqa: E402
+from das.validation.report import ValidationFailed  # noqa: E402
 from tasks.cluster import check_cluster_shares_run  # noqa: E402
 from tasks.common import (  # noqa: E402
     publish_audit_artifact,
@@ -69,6 +76,24 @@ from tasks.common import (  # noqa: E402
     stored_ledgers,
 )
 
+__all__ = [
+    "RecordsChanged",
+    "ReleaseRun",
+    "RunInputs",
+    "RunRequest",
+    "release_folder",
+    "release_run",
+    "resolve_path",
+]
+
+# The steps that read the records: redone when a record file changed since the run read it.
+READING_STEPS = ("validate", "geography", "spill")
+
+
+class RecordsChanged(ValidationFailed):
+    """The records about to be measured are not the records validated (or bound to the run):
+    an input changed while the run ran. Nothing was drawn."""
+
 
 def resolve_path(path: str | Path) -> Path:
     """An absolute path (``~`` expanded): parameters are resolved once, at the edge, so that
@@ -76,76 +101,24 @@ def resolve_path(path: str | Path) -> Path:
     return Path(path).expanduser().resolve()
 
 
-RUN_ID_FIELD = "{run_id}"
+def flow_run_id() -> str | None:
+    from prefect.runtime import flow_run
 
-
-def release_folder(output: Path, run_id: str) -> Path:
-    """The release folder of a run: ``output`` with ``{run_id}`` replaced by the run id.
-
-    A deployment whose ``output`` is ``.../releases/{run_id}`` publishes every run (a scheduled
-    one included) into a new folder, while Prefect's Retry of a run, which keeps its flow-run
-    id, resumes the same one. Any other brace is refused: it is a typo, not a folder name."""
-    text = str(output)
-    if text.replace(RUN_ID_FIELD, "").count("{") or text.replace(RUN_ID_FIELD, "").count("}"):
-        raise RunRefused(f"output {text!r}: the only placeholder allowed is {RUN_ID_FIELD}")
-    return Path(text.replace(RUN_ID_FIELD, run_id))
+    return str(flow_run.id) if flow_run.id else None
 
 
 def default_run_id() -> str:
     """The Prefect flow-run id: a Retry of the flow run gets the same run folder."""
-    from prefect.runtime import flow_run
-
-    run_id = flow_run.id
+    run_id = flow_run_id()
     if not run_id:
         raise RunRefused("no run id was given and no Prefect flow run is active")
-    return str(run_id)
+    return run_id
 
 
-@dataclass(frozen=True)
-class RunInputs:
-    """Every file a run reads, by role (name → path); missing files are left out here and
-    reported by validation or the loader."""
+def started_by_deployment() -> bool:
+    from prefect.runtime import deployment
 
-    config: Path
-    specs: Mapping[str, Path] = field(default_factory=dict)
-    confidential: Mapping[str, Path] = field(default_factory=dict)
-    reference: Mapping[str, Path] = field(default_factory=dict)
-
-    def all_files(self) -> dict[str, Path]:
-        return {
-            "config.json": self.config,
-            **self.specs,
-            **self.reference,
-            **self.confidential,
-        }
-
-
-@dataclass(frozen=True)
-class RunPlan:
-    """The run's planned measurements (public: from config and specs only) and its passes."""
-
-    definition: str
-    measurements: tuple[Measurement, ...]
-
-    def pass_totals(self) -> dict[str, Budget]:
-        passes = sorted({str(m.metadata["pass"]) for m in self.measurements})
-        return {
-            name: compose(m for m in self.measurements if m.metadata["pass"] == name)
-            for name in passes
-        }
-
-
-@dataclass(frozen=True)
-class RunRequest:
-    """What the operator asked for: the flow's parameters, paths already resolved."""
-
-    product: str
-    output: Path
-    seed: int | None
-    run_id: str | None
-    parameters: Mapping[str, Any]
-    cumulative_total: Mapping[str, str] | None = None
-    replace_release: bool = False
+    return bool(deployment.id)
 
 
 def parse_cumulative(
@@ -159,14 +132,14 @@ def parse_cumulative(
         if name == "*":
             if len(passes) != 1:
                 raise RunRefused(
-                    "this run has passes " + ", ".join(passes) + ": name each, e.g. "
-                    f"--cumulative-total {passes[0]}=<total>"
+                    "this run has passes " + ", ".join(passes) + ": name each cumulative total, "
+                    f"e.g. {passes[0]}=<total>"
                 )
             name = passes[0]
         try:
             parsed[name] = parse_total(str(text))
         except ValueError as exc:
-            raise RunRefused(f"--cumulative-total {name}: {exc}") from None
+            raise RunRefused(f"cumulative total of {name}: {exc}") from None
     return parsed
 
 
@@ -174,18 +147,48 @@ def parse_cumulative(
 class ReleaseRun:
     """A run that passed every start check and owns its output; see the module docstring."""
 
-    product: str
+    request: RunRequest
+    inputs: RunInputs
+    check: StartCheck
     folder: RunFolder
     audit: AuditRecorder
     lease: RunLease
     stager: ReleaseStager
     ledger: PrivacyLedger
-    dataset: str
-    markers: list[str]
-    reserved: bool
+    info: LedgerInfo
+    state: RunState
     steps: RunSteps
+    validated: dict[str, str] | None = None
+    dataset: str | None = None
+    passes: list[PassSpend] = field(default_factory=list)
     drawing: bool = False
     published: dict[str, Any] | None = None
+
+    @property
+    def product(self) -> str:
+        return self.request.product
+
+    @property
+    def run_id(self) -> str:
+        return self.folder.run_id
+
+    @property
+    def parameters(self) -> Any:
+        return self.check.parameters
+
+    @property
+    def sealed(self) -> SealedParameters:
+        return self.check.sealed
+
+    @property
+    def sealed_config(self) -> Path:
+        """The run folder's copy of the sealed config (spec files beside it): what validation
+        reads."""
+        return self.sealed.copy_dir(self.folder.root) / "config.json"
+
+    @property
+    def markers(self) -> list[str]:
+        return self.check.markers
 
     @property
     def banner(self) -> str:
@@ -195,11 +198,128 @@ class ReleaseRun:
     def staging(self) -> Path:
         return self.stager.staging
 
+    @property
+    def draws(self) -> DrawLedger:
+        """What every noise store of this attempt answers to."""
+        return DrawLedger(self.ledger, self.run_id, self.state.attempt)
+
+    @property
+    def context(self) -> str:
+        return "deployment" if started_by_deployment() else self.request.context
+
+    def records_changed(self, message: str) -> RecordsChanged:
+        self.ledger.release_reservation(self.run_id, "records changed")
+        return RecordsChanged(message + " Nothing was drawn; the reservation was released.")
+
+    def authorize(self, read: Mapping[str, str]) -> list[PassSpend]:
+        """Prove the records read for measurement are the records validated, bind the run to
+        their dataset in the ledger and count its spend (see the module docstring)."""
+        if self.validated is not None:
+            both = set(read) & set(self.validated)
+            changed = sorted(name for name in both if read[name] != self.validated[name])
+            if changed:
+                raise self.records_changed(
+                    f"the records read for measurement are not the records validated: "
+                    f"{', '.join(changed)} changed while the run ran."
+                )
+        confidential = sorted(self.inputs.confidential)
+        missing = [name for name in confidential if name not in read]
+        if missing:
+            raise RuntimeError(f"no fingerprint of {', '.join(missing)}")
+        dataset = self.ledger.dataset_id(combine_fingerprints({n: read[n] for n in confidential}))
+        files = {name: self.ledger.dataset_id(digest) for name, digest in sorted(read.items())}
+        self.dataset = dataset
+        production = self.check.production
+        config_sha = self.sealed.sha256("config.json")
+        unvalidated = (
+            production
+            and self.request.skip_validation
+            and not self.state.counting
+            and not self.ledger.passing_validation(self.product, dataset, config_sha)
+        )
+        if unvalidated:
+            self.ledger.release_reservation(self.run_id, "skip-validation refused")
+            raise LedgerRefused(
+                "--skip-validation is refused in production unless the privacy ledger holds "
+                "a passing validation of these very records under this config; none is "
+                "recorded. Nothing was drawn",
+                Remedy(
+                    cli="run without --skip-validation (or validate them first: the validate "
+                    "deployment, or `das validate` with the ledger configured)",
+                    deployment="run with skip_validation = false",
+                ),
+            )
+        totals = self.check.plan.pass_totals() if self.check.plan is not None else {}
+        accepted = parse_cumulative(self.request.cumulative_total, list(totals))
+        remedy = Remedy(command=approve_command(self.request)) if production else None
+        try:
+            passes = self._authorize(dataset, files, accepted, remedy)
+        except ApprovalRequired as refusal:
+            if not (production and self.context == "deployment"):
+                raise
+            from tasks.approval import wait_for_approval
+
+            decision = wait_for_approval(self, refusal)
+            self.ledger.approve(
+                product=self.product,
+                dataset=dataset,
+                config_sha256=config_sha,
+                definition=self.check.plan.definition if self.check.plan else "",
+                budgets=totals,
+                note=decision.note,
+                by=decision.approver,
+                via=f"Prefect UI, flow run {flow_run_id()}",
+            )
+            passes = self._authorize(dataset, files, accepted, remedy)
+        self.passes = passes
+        self.audit.update(
+            privacy_ledger={
+                **self.audit.record["privacy_ledger"],
+                "dataset": dataset,
+                "passes": [item.to_dict() for item in passes],
+                "approval": (self.ledger.run(self.run_id) or self.state).approval,
+            },
+            inputs={
+                name: {"path": str(path), "id": files.get(name)}
+                for name, path in sorted(self.inputs.records().items())
+            },
+        )
+        logger = get_run_logger()
+        for item in passes:
+            logger.info(
+                "privacy ledger, dataset %s, pass %s: earlier %s + this run %s = cumulative %s "
+                "(%s)", dataset[:16], item.pass_name, decimal_text(item.prior),
+                decimal_text(item.this_run), decimal_text(item.cumulative), item.definition,
+            )  # fmt: skip
+        return passes
+
+    def _authorize(
+        self,
+        dataset: str,
+        files: Mapping[str, str],
+        accepted: Mapping[str, Budget] | None,
+        remedy: Remedy | None,
+    ) -> list[PassSpend]:
+        try:
+            return self.ledger.authorize(
+                self.run_id,
+                dataset,
+                production=self.check.production,
+                accepted=accepted,
+                files=files,
+                input_stats=self.inputs.stats(),
+                remedy=remedy,
+            )
+        except LedgerRefused as refusal:
+            if "read other records" in str(refusal):
+                raise self.records_changed(str(refusal)) from None
+            raise
+
     def start_drawing(self) -> None:
-        """Mark the ledger spend as drawing (from here on the run counts as spent in full)."""
-        if not self.reserved:
-            raise RunRefused("no privacy budget was reserved for this run; refusing to draw")
-        self.ledger.set_status(self.dataset, self.folder.run_id, "drawing")
+        """From here on the run counts as spent in full (the ledger refuses draws before)."""
+        if self.dataset is None:
+            raise RunRefused("the run's records were never bound to a dataset; refusing to draw")
+        self.ledger.start_drawing(self.run_id, self.state.attempt)
         self.drawing = True
 
     def publish(
@@ -208,17 +328,25 @@ class ReleaseRun:
         accountants: Mapping[str, PrivacyAccountant],
         delta: float,
     ) -> dict[str, Any]:
-        """Audit and manifest into staging, one rename into place, the ledger completed, the
-        privacy artifacts posted."""
+        """Audit and manifest into staging (the manifest carries the ledger head), one rename
+        into place, the ledger completed, the privacy artifacts posted."""
         self.audit.update(outputs=dict(outputs))
         replaces = self.stager.replace_target()
         self.audit.update(release={"manifest": "MANIFEST.json", "replaces": replaces})
         record = self.audit.finish("succeeded")
-        result = self.stager.publish(record, outputs, self.markers)
-        self.ledger.set_status(self.dataset, self.folder.run_id, "completed")
+        result = self.stager.publish(
+            record,
+            outputs,
+            self.markers,
+            seal=lambda content: self.ledger.seal_release(self.run_id, content),
+        )
+        if result["state"] == "published":
+            self.ledger.complete(
+                self.run_id, result["manifest_sha256"], str(self.folder.release_dir)
+            )
         if result.get("replaced"):
             self.ledger.record_event(
-                "release-replaced", result["replaced"], self.dataset, self.folder.run_id
+                "release-replaced", result["replaced"], self.dataset, self.run_id
             )
         self.audit.update(release={**result, "replaces": replaces})
         self.published = result
@@ -226,101 +354,67 @@ class ReleaseRun:
         return result
 
 
-def _refuse(
-    ledger: PrivacyLedger, dataset: str, run_id: str, product: str, exc: RunRefused
-) -> None:
-    """Keep the trail of a refusal in the ledger's events (no data values: names, hashes)."""
-    ledger.record_event("refused", {"product": product, "reason": str(exc)}, dataset, run_id)
+def _recorded_draws(ledger: PrivacyLedger, run_id: str, attempt: int) -> dict[str, int]:
+    """Draws the ledger holds for the run: made by this attempt, and reused from earlier ones."""
+    state = ledger.run(run_id)
+    if state is None:
+        return {"fresh": 0, "earlier_attempts": 0}
+    fresh = sum(1 for d in state.draws.values() if d["attempt"] == attempt)
+    return {"fresh": fresh, "earlier_attempts": len(state.draws) - fresh}
 
 
-def _check_identity(folder: RunFolder, identity: RunIdentity) -> None:
-    """A rerun reuses noise only when it presents the identity the noise was drawn for."""
-    if not folder.exists():
+def _remove_if_unused(folder: RunFolder, created: bool) -> None:
+    """A refused run leaves no lock folder behind when it created the output's work folder."""
+    if not created:
         return
-    stored = RunIdentity.read(folder.identity_path)
-    if stored is None:
-        drawn = any(folder.noise_dir.glob("*")) or any(folder.ledger_dir.glob("*"))
-        if drawn:
-            raise RunRefused(
-                f"run folder {folder.root} holds noise but no identity record: what it was "
-                "drawn for cannot be checked; use a new run id"
-            )
-        return
-    changes = identity.differences(stored)
-    if changes:
-        raise RunRefused(
-            f"run {folder.run_id} cannot resume: its noise was drawn for other inputs ("
-            + "; ".join(changes)
-            + "). Reusing it would release the exact change in the true counts. Nothing was "
-            "touched; start a new run (new run id) to draw fresh noise"
-        )
+    work = folder.work_dir
+    leftovers = [p for p in work.iterdir() if p.name != "lock"] if work.is_dir() else []
+    if not leftovers:
+        shutil.rmtree(work, ignore_errors=True)
 
 
 @contextlib.contextmanager
-def release_run(
-    request: RunRequest, inputs: RunInputs, plan: RunPlan | None
-) -> Iterator[ReleaseRun]:
-    """Open, check and own a release run; see the module docstring. ``plan`` is None only when
-    the config cannot be planned (then validation reports why, and nothing can be drawn)."""
-    measurements = plan.measurements if plan is not None else ()
-    check_release_policy(request.seed, measurements)
-    run_id = check_run_id(request.run_id) if request.run_id else default_run_id()
-    output = release_folder(request.output, run_id)
-    folder = RunFolder(output, run_id)
-    files = inputs.all_files()
-    digests = hash_files(files)
-    identity = RunIdentity(
-        product=request.product,
-        config=digests["config.json"],
-        specs={name: digests[name] for name in inputs.specs},
-        inputs={name: digests[name] for name in inputs.confidential},
-        reference={name: digests[name] for name in inputs.reference},
-        seed_mode=seed_mode(request.seed),
-    )
-    ledger = PrivacyLedger(ledger_directory(output))
-    dataset = dataset_key(identity.inputs)
-    markers = privacy_markers(request.seed, measurements)
+def release_run(request: RunRequest, inputs: RunInputs, parse: Parse) -> Iterator[ReleaseRun]:
+    """Open, check and own a release run; see the module docstring."""
+    run_id = request.run_id or default_run_id()
+    check = check_start(request, inputs, parse, run_id)
+    opened = check.ledger
+    ledger, info = opened.ledger, opened.info
+    assert check.folder is not None
+    folder = check.folder
+    logger = get_run_logger()
+    if opened.created:
+        logger.warning(
+            "created a new privacy ledger at %s (it knows no earlier spend; outside production "
+            "every run of this user records its spend there)", info.location,
+        )  # fmt: skip
+    created_work = not folder.work_dir.exists()
+    lock = OutputLock(folder.lock_path).acquire()
     try:
-        lock = OutputLock(folder.lock_path).acquire()
-    except RunRefused as exc:
-        _refuse(ledger, dataset, run_id, request.product, exc)
-        raise
-    try:
-        _check_identity(folder, identity)
+        state = ledger.open_run(check.opening(request, flow_run_id()))
         stager = ReleaseStager(folder, replace=request.replace_release)
         stager.check_target()
-        reservation = []
-        if plan is not None:
-            totals = plan.pass_totals()
-            spend = RunSpend(
-                dataset=dataset,
-                run_id=run_id,
-                product=request.product,
-                definition=plan.definition,
-                budgets=totals,
-                seed_mode=identity.seed_mode,
-                not_private=bool(markers),
-                config_sha256=identity.config,
-                inputs=identity.inputs,
-                output=str(folder.release_dir),
-            )
-            expected = parse_cumulative(request.cumulative_total, list(totals))
-            reservation = ledger.reserve(spend, expected)
     except RunRefused as exc:
         lock.release()
-        _refuse(ledger, dataset, run_id, request.product, exc)
+        _remove_if_unused(folder, created_work)
+        ledger.record_event(
+            "refused", {"product": request.product, "reason": str(exc)}, None, run_id
+        )
         raise
     except BaseException:
         lock.release()
         raise
     try:
-        rerun = folder.exists()
+        rerun = state.attempt > 1
         folder.create()
-        if not folder.identity_path.is_file():
-            identity.write(folder.identity_path)
+        check.sealed.write_copy(folder.root)
         lease = new_lease(folder)
         stager.prepare()
         audit = AuditRecorder(request.product, run_id, folder.audit_path)
+        steps = RunSteps(folder, audit.record["code_version"])
+        if state.input_stats and state.input_stats != inputs.stats():
+            steps.forget(*READING_STEPS)
+            logger.info("a record file changed since this run read it: reading it again")
         randomness = describe_streams(request.seed)
         audit.update(
             parameters={
@@ -328,55 +422,45 @@ def release_run(
                 "output": str(folder.release_dir),
                 "seed": request.seed,
                 "rerun": rerun,
+                "attempt": state.attempt,
                 "run_folder": str(folder.root),
                 "replace_release": request.replace_release,
             },
-            randomness={**randomness, "release_private": not markers},
-            markers=markers,
-            identity=identity.to_dict(),
-            config={"path": str(inputs.config), "sha256": identity.config},
-            inputs=file_hashes(files, digests),
+            randomness={**randomness, "release_private": not check.markers},
+            markers=check.markers,
+            identity={**state.binding, "sealed_files": check.sealed.hashes()},
+            config={"sha256": check.sealed.sha256("config.json"), "path": str(request.config_path)},
+            inputs={name: {"path": str(path)} for name, path in sorted(inputs.records().items())},
             privacy_ledger={
-                "ledger": str(ledger.path),
-                "dataset": dataset,
-                "passes": [item.to_dict() for item in reservation],
+                "ledger": info.location,
+                "ledger_id": info.ledger_id,
+                "created_now": opened.created,
+                "dataset": state.dataset,
+                "passes": [item.to_dict() for item in state.passes],
             },
         )
         run = ReleaseRun(
-            request.product,
-            folder,
-            audit,
-            lease,
-            stager,
-            ledger,
-            dataset,
-            markers,
-            reserved=plan is not None,
-            steps=RunSteps(folder, audit.record["code_version"]),
+            request, inputs, check, folder, audit, lease, stager, ledger, info, state, steps
         )
         with run_log_file(folder.log_path):
-            logger = get_run_logger()
             logger.info(
-                "%srun %s (%s) of %s", run.banner, run_id,
-                "rerun" if rerun else "new run", request.product,
+                "%srun %s (%s, attempt %d) of %s; privacy ledger %s", run.banner, run_id,
+                "resumed" if rerun else "new run", state.attempt, request.product, info.location,
             )  # fmt: skip
-            for item in reservation:
-                logger.info(
-                    "privacy ledger, pass %s: earlier %s + this run %s = cumulative %s (%s)",
-                    item.pass_name, decimal_text(item.prior), decimal_text(item.this_run),
-                    decimal_text(item.cumulative), item.definition,
-                )  # fmt: skip
             try:
-                # Tasks on an existing Dask cluster read the inputs and the run folder by path.
-                check_cluster_shares_run(files, folder.root)
+                # Tasks on an existing Dask cluster read the records and the run folder by path.
+                check_cluster_shares_run(inputs.records(), folder.root)
                 yield run
                 if run.published is None:
                     raise RuntimeError("the flow ended without publishing its release")
             except BaseException as exc:
                 if not run.drawing:
-                    ledger.set_status(dataset, run_id, "released")
+                    ledger.release_reservation(run_id, type(exc).__name__)
+                ledger.record_failure(run_id, state.attempt, type(exc).__name__)
                 if audit.record["ledger"] is None:
                     audit.update(ledger={"partitions": stored_ledgers(folder)})
+                if audit.record["draws"] is None:
+                    audit.update(draws=_recorded_draws(ledger, run_id, state.attempt))
                 record = audit.write("failed", exc)
                 logger.error("%srun %s failed: %s", run.banner, run_id, type(exc).__name__)
                 publish_audit_artifact(request.product, record, run.banner)

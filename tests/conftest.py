@@ -20,6 +20,15 @@ SHARED = REPO.parent / "shared"
 CENSUS_SPECS = SHARED / "census_specs"
 
 
+@pytest.fixture(autouse=True)
+def private_default_ledger(tmp_path_factory: pytest.TempPathFactory, monkeypatch) -> Path:
+    """Each test gets its own per-user default privacy ledger (XDG_DATA_HOME): tests that
+    release the same toy records must not meet each other's recorded spend."""
+    home = tmp_path_factory.mktemp("xdg-data")
+    monkeypatch.setenv("XDG_DATA_HOME", str(home))
+    return home / "das" / "ledger"
+
+
 @pytest.fixture
 def census_specs() -> Path:
     """The real public 2020 spec files and Census toy inputs; skip when ../shared is absent."""

@@ -7,7 +7,7 @@ from pathlib import Path
 
 import pytest
 
-from das.runs.audit import AUDIT_KEYS, AuditRecorder, code_version, file_hashes, package_versions
+from das.runs.audit import AUDIT_KEYS, AuditRecorder, code_version, package_versions
 
 
 def test_audit_records_fields_stages_and_success(tmp_path: Path) -> None:
@@ -35,10 +35,6 @@ def test_failed_audit_keeps_the_error_type_not_its_message(tmp_path: Path) -> No
     assert "12345" not in text and "measure" in record["timings"]
 
 
-def test_file_hashes_versions_and_code_version(tmp_path: Path) -> None:
-    (tmp_path / "a.txt").write_bytes(b"abc")
-    hashes = file_hashes({"a.txt": tmp_path / "a.txt", "gone": tmp_path / "missing"})
-    assert list(hashes) == ["a.txt"] and set(hashes["a.txt"]) == {"path", "sha256"}
-    assert hashes["a.txt"]["sha256"].startswith("ba7816bf")  # sha256("abc")
+def test_versions_and_code_version() -> None:
     assert package_versions(("numpy", "no-such-dist-xyz"))["no-such-dist-xyz"] is None
     assert code_version().startswith(("git ", "das-pipeline "))

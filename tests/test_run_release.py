@@ -1,9 +1,8 @@
-"""The pieces of release integrity, alone: the dataset ledger, run identity, the output lock and
-lease, the staged release and the production policy (das/runs/)."""
+"""The pieces of release integrity, alone: the output lock and lease, the staged release and the
+production policy (das/runs/; the privacy ledger has tests/test_ledger.py)."""
 
 from __future__ import annotations
 
-import json
 import multiprocessing
 import os
 import re
@@ -15,21 +14,12 @@ import pytest
 
 from das.privacy.accounting import Measurement
 from das.runs.folder import RunFolder
-from das.runs.identity import RunIdentity, seed_mode
-from das.runs.ledger import (
-    CumulativeSpendRequired,
-    PrivacyLedger,
-    RunSpend,
-    dataset_key,
-    decimal_text,
-    parse_total,
-)
 from das.runs.noise_store import NoiseStore, seeded_streams
 from das.runs.policy import (
     RunRefused,
     check_release_policy,
-    ledger_directory,
     privacy_markers,
+    production_mode,
 )
 from das.runs.release import (
     LeaseLost,
@@ -38,132 +28,6 @@ from das.runs.release import (
     new_lease,
     read_manifest,
 )
-
-INPUTS = {"person-records.txt": "ab" * 32}
-
-
-def _spend(run_id: str, budget: str = "4.944", definition: str = "zcdp", **extra) -> RunSpend:
-    fields = {
-        "dataset": dataset_key(INPUTS),
-        "run_id": run_id,
-        "product": "safetab-p",
-        "definition": definition,
-        "budgets": {"US": Fraction(budget)},
-        "seed_mode": "secure",
-        "not_private": False,
-        "config_sha256": "c" * 64,
-        "inputs": INPUTS,
-        "output": "/releases/out",
-    }
-    return RunSpend(**{**fields, **extra})
-
-
-# --- ledger ---------------------------------------------------------------------------------
-
-
-def test_decimal_text_is_exact_and_parse_total_inverts_it() -> None:
-    assert decimal_text(Fraction("9.888")) == "9.888"
-    assert decimal_text(Fraction(4944, 1000) * 2) == "9.888"
-    assert decimal_text(Fraction(1, 3)) == "1/3"
-    assert decimal_text(Fraction(7)) == "7"
-    assert decimal_text(float("inf")) == "Infinity"
-    for text in ("9.888", "1/3", "0.000135", "Infinity"):
-        assert decimal_text(parse_total(text)) == text
-    with pytest.raises(ValueError):
-        parse_total("lots")
-
-
-def test_a_second_run_on_the_same_data_needs_the_exact_cumulative_total(tmp_path: Path) -> None:
-    ledger = PrivacyLedger(tmp_path)
-    first = ledger.reserve(_spend("a"))
-    assert [p.cumulative for p in first] == [Fraction("4.944")]
-    with pytest.raises(CumulativeSpendRequired, match=re.escape("--cumulative-total US=9.888")):
-        ledger.reserve(_spend("b"))
-    with pytest.raises(CumulativeSpendRequired, match="does not match"):
-        ledger.reserve(_spend("b"), {"US": Fraction("9")})
-    second = ledger.reserve(_spend("b"), {"US": Fraction("9.888")})
-    assert second[0].prior == Fraction("4.944") and second[0].prior_runs == ("a",)
-    assert ledger.totals(dataset_key(INPUTS)) == {"US": {"zcdp": "9.888"}}
-    # The same run id resumes its reservation: nothing more is spent, no total is needed.
-    ledger.reserve(_spend("a"))
-    assert len(ledger.spends()) == 2
-
-
-def test_a_run_that_never_drew_spends_nothing_and_one_that_drew_is_never_unspent(
-    tmp_path: Path,
-) -> None:
-    ledger = PrivacyLedger(tmp_path)
-    key = dataset_key(INPUTS)
-    ledger.reserve(_spend("a"))
-    ledger.set_status(key, "a", "released")  # e.g. validation failed
-    ledger.reserve(_spend("b"))  # no earlier spend: no total needed
-    ledger.set_status(key, "b", "drawing")
-    ledger.set_status(key, "b", "released")  # refused: it may have drawn
-    assert {s["run_id"]: s["status"] for s in ledger.spends()} == {"a": "released", "b": "drawing"}
-    with pytest.raises(CumulativeSpendRequired):
-        ledger.reserve(_spend("c"))
-
-
-def test_pure_dp_and_zcdp_spends_compose_exactly(tmp_path: Path) -> None:
-    ledger = PrivacyLedger(tmp_path)
-    ledger.reserve(_spend("pure", "2", "puredp"))
-    # ε = 2 pure DP is ρ = ε²/2 = 2 zCDP; the zCDP run adds 0.5.
-    ledger.reserve(_spend("z", "0.5"), {"US": Fraction("2.5")})
-    # Under pure DP, a zCDP spend has no equivalent: the cumulative ε is infinite.
-    with pytest.raises(CumulativeSpendRequired, match="US=Infinity"):
-        ledger.reserve(_spend("p2", "1", "puredp"))
-
-
-def test_other_passes_and_datasets_are_independent(tmp_path: Path) -> None:
-    ledger = PrivacyLedger(tmp_path)
-    ledger.reserve(_spend("us"))
-    ledger.reserve(_spend("pr", budgets={"PR": Fraction("2.643")}))
-    ledger.reserve(_spend("other", dataset="f" * 64))
-    with pytest.raises(RunRefused, match="does not have"):
-        ledger.reserve(_spend("x"), {"PR": Fraction(1)})
-
-
-def _reserve_in_process(directory: str, run_id: str, start, results) -> None:
-    start.wait()
-    try:
-        PrivacyLedger(directory).reserve(_spend(run_id))
-        results.put((run_id, "reserved"))
-    except CumulativeSpendRequired:
-        results.put((run_id, "refused"))
-
-
-def test_concurrent_reservations_in_two_processes_spend_once(tmp_path: Path) -> None:
-    context = multiprocessing.get_context("spawn")
-    start, results = context.Barrier(2), context.Queue()
-    workers = [
-        context.Process(target=_reserve_in_process, args=(str(tmp_path), name, start, results))
-        for name in ("one", "two")
-    ]
-    for worker in workers:
-        worker.start()
-    for worker in workers:
-        worker.join(60)
-    outcomes = sorted(results.get(timeout=5)[1] for _ in workers)
-    assert outcomes == ["refused", "reserved"]
-    assert len(PrivacyLedger(tmp_path).spends()) == 1
-
-
-# --- identity -------------------------------------------------------------------------------
-
-
-def test_identity_names_what_changed() -> None:
-    base = RunIdentity("safetab-p", "1" * 64, {"codes.txt": "2" * 64}, INPUTS, {}, "seeded:7")
-    assert base.differences(base) == []
-    changed = RunIdentity(
-        "safetab-p", "3" * 64, {}, {"person-records.txt": "9" * 64}, {}, seed_mode(None)
-    )
-    text = "; ".join(changed.differences(base))
-    assert "config.json sha256 111111111111 → 333333333333" in text
-    assert "spec file codes.txt removed" in text
-    assert "input file person-records.txt sha256" in text
-    assert "randomness seeded:7 → secure" in text
-    assert RunIdentity.from_dict(json.loads(json.dumps(base.to_dict()))) == base
-
 
 # --- lock, lease, noise store guard ---------------------------------------------------------
 
@@ -284,13 +148,32 @@ def test_production_refuses_seeds_infinite_budgets_and_a_missing_ledger(tmp_path
     ):
         with pytest.raises(RunRefused, match=re.escape(reason)):
             check_release_policy(seed, plan, production)
-    with pytest.raises(RunRefused, match="DAS_LEDGER_DIR is not set"):
+    with pytest.raises(RunRefused, match="neither DAS_LEDGER_DIR nor DAS_LEDGER_URL is set"):
         check_release_policy(None, [finite], {"DAS_PRODUCTION": "1"})
+    with pytest.raises(RunRefused, match="cumulative total was named"):
+        check_release_policy(None, [finite], production, cumulative_total={"US": "9.888"})
     # Outside production: allowed, and marked.
     check_release_policy(3, [infinite], {})
     assert privacy_markers(3, [infinite]) == ["NOT-PRIVATE", "SEEDED"]
     assert privacy_markers(None, [finite]) == []
-    assert ledger_directory(tmp_path / "out", {}) == tmp_path.resolve() / ".das-ledger"
+
+
+@pytest.mark.parametrize(
+    ("value", "on"),
+    [("1", True), ("true", True), ("TRUE", True), ("Yes", True), (" yes ", True),
+     (None, False), ("", False), ("0", False), ("false", False), ("No", False)],
+)  # fmt: skip
+def test_das_production_takes_the_usual_spellings(value: str | None, on: bool) -> None:
+    environ = {} if value is None else {"DAS_PRODUCTION": value}
+    assert production_mode(environ) is on
+
+
+@pytest.mark.parametrize("value", ["2", "prod", "on?", "ture", "1 1"])
+def test_an_unknown_das_production_value_is_refused_not_read_as_off(value: str) -> None:
+    with pytest.raises(RunRefused, match="refusing to guess"):
+        production_mode({"DAS_PRODUCTION": value})
+    with pytest.raises(RunRefused, match="refusing to guess"):
+        check_release_policy(None, [], {"DAS_PRODUCTION": value})
 
 
 def test_the_guard_is_checked_before_and_after_every_fresh_draw(tmp_path: Path) -> None:

@@ -1,7 +1,8 @@
 """`das demo`: the whole job on shipped demo specs and a seeded synthetic population.
 
 Runs the same commands a user would, in order, and stops at the first failure: synthesize the
-SafeTab-P and PHSafe inputs, validate them, report the privacy budget of each config, and run
+SafeTab-P and PHSafe inputs, validate them, report the privacy budget of each config, create a
+privacy ledger for the demo (`<output>/ledger`), approve each release's spend in it, and run
 both releases (Prefect flows) into `<output>/release/safetab-p` and `<output>/release/phsafe`.
 """
 
@@ -43,6 +44,20 @@ def demo_steps(output: Path, persons: int, seed: int) -> list[tuple[str, list[st
             ),
             (f"{product} privacy budget", ["budget", "report", "--config", str(config)]),
         ]
+    ledger = str(output / "ledger")
+    steps.append(("create the demo's privacy ledger", ["ledger", "init", "--ledger", ledger]))
+    for product, title in (("safetab-p", "SafeTab-P"), ("phsafe", "PHSafe")):
+        folder = output / product
+        steps.append(
+            (
+                f"approve the {title} spend on these records",
+                [
+                    "ledger", "approve", "--ledger", ledger, "--product", product,
+                    "--config", str(folder / "config.json"), "--data", str(folder),
+                    "--note", "das demo",
+                ],
+            )
+        )  # fmt: skip
     for product, title in (("safetab-p", "SafeTab-P"), ("phsafe", "PHSafe")):
         folder = output / product
         steps.append(
@@ -51,7 +66,7 @@ def demo_steps(output: Path, persons: int, seed: int) -> list[tuple[str, list[st
                 [
                     "run", product, "--config", str(folder / "config.json"), "--data",
                     str(folder), "--output", str(output / "release" / product),
-                    "--seed", str(seed), "--skip-validation",
+                    "--seed", str(seed), "--skip-validation", "--ledger", ledger,
                 ],
             )
         )  # fmt: skip

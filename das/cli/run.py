@@ -1,5 +1,5 @@
 """`das run {safetab-p|phsafe} --config FILE --data DIR --output DIR [--seed N] [--run-id ID]
-[--skip-validation] [--cumulative-total PASS=TOTAL] [--replace-release]`: run the product's Prefect
+[--skip-validation] [--cumulative-total PASS=TOTAL] [--replace-release] [--ledger DIR]`: run the product's Prefect
 flow in process and publish its release (SafeTab-P: t1/, t2/; PHSafe: one folder per noisy table
 and per estimates table; audit.json and MANIFEST.json) into OUT, whole or not at all.
 
@@ -20,6 +20,7 @@ from __future__ import annotations
 import argparse
 import contextlib
 import logging
+import os
 import sys
 from collections.abc import Iterator, Sequence
 from pathlib import Path
@@ -99,7 +100,15 @@ def _product_parser(
     parser.add_argument(
         "--skip-validation",
         action="store_true",
-        help="inputs already validated by `das validate` (recorded in the audit)",
+        help="inputs already validated by `das validate` (recorded in the audit; in production "
+        "only when the privacy ledger holds a passing validation of the same records)",
+    )
+    parser.add_argument(
+        "--ledger",
+        type=resolved_path,
+        default=None,
+        help="privacy ledger folder (sets DAS_LEDGER_DIR for this run; default: DAS_LEDGER_DIR, "
+        "DAS_LEDGER_URL, else outside production the per-user ledger)",
     )
     parser.set_defaults(handler=run_command)
     return parser
@@ -144,10 +153,52 @@ def _quiet_tracebacks() -> Iterator[None]:
             handler.removeFilter(one_line)
 
 
+def _preflight(args: argparse.Namespace, parameters: dict[str, Any]) -> str | None:
+    """The run's start checks before a Prefect API or a Dask cluster is started (the flow
+    repeats them): a refusal costs a second, not the ~20 s of a temporary server. None when
+    the run may start, else the refusal's text (with the next step in this command's syntax)."""
+    from das.runs.policy import RunRefused
+    from das.runs.start import RunRequest, check_start
+
+    product = args.run_product
+    if product == "safetab-p":
+        from das.safetab_p.parameters import parse_parameters, run_inputs
+
+        inputs = run_inputs(args.config, args.data, args.coterminous)
+    else:
+        from das.phsafe.parameters import parse_parameters, run_inputs
+
+        inputs = run_inputs(args.config, args.data)
+    request = RunRequest(
+        product=product,
+        output=args.output,
+        seed=args.seed,
+        run_id=args.run_id,
+        parameters=parameters,
+        cumulative_total=parameters["cumulative_total"],
+        replace_release=args.replace_release,
+        skip_validation=args.skip_validation,
+        context="cli",
+        config_path=args.config,
+        data_dir=args.data,
+    )
+    try:
+        check = check_start(request, inputs, parse_parameters, args.run_id)
+    except RunRefused as exc:
+        return exc.explained("cli")
+    if check.ledger.created:
+        print(
+            f"das run {product}: created a new privacy ledger at {check.ledger.info.location} "
+            "(no earlier spend is known to it)",
+            file=sys.stderr,
+        )
+    return None
+
+
 def run_command(args: argparse.Namespace) -> int:
     """Check the arguments, run the flow, say what happened; the exit code."""
     from das.runs.folder import RunFolder, check_run_id
-    from das.runs.policy import RunRefused, check_release_policy, ledger_directory
+    from das.runs.policy import RunRefused
 
     config, data, output = args.config, args.data, args.output  # absolute (resolved_path)
     if not config.is_file():
@@ -161,20 +212,12 @@ def run_command(args: argparse.Namespace) -> int:
             check_run_id(args.run_id)
         except ValueError:
             return _usage_error("--run-id: use letters, digits, '.', '_', '-' (at most 128)")
-    try:
-        # The flow checks the policy again with the plan (infinite budgets); this refuses a
-        # seed or a missing ledger before a Prefect API is started.
-        check_release_policy(args.seed, [])
-        ledger_directory(output)
-    except RunRefused as exc:
-        return _usage_error(str(exc))
 
-    from das.offline import configure_offline
+    if args.ledger is not None:
+        from das.runs.policy import LEDGER_ENV, LEDGER_URL_ENV
 
-    configure_offline()
-    from das.validation.report import ValidationFailed
-    from flows.runner import task_runner_from_env
-
+        os.environ[LEDGER_ENV] = str(args.ledger)
+        os.environ.pop(LEDGER_URL_ENV, None)
     product = args.run_product
     parameters: dict[str, Any] = {
         "config": str(config),
@@ -185,16 +228,28 @@ def run_command(args: argparse.Namespace) -> int:
         "skip_validation": args.skip_validation,
         "cumulative_total": _cumulative(args.cumulative_total),
         "replace_release": args.replace_release,
+        "started_from": "cli",
     }
     if product == "safetab-p":
-        from flows.safetab_p import safetab_p_flow as product_flow
-
         coterminous = args.coterminous
         parameters["coterminous"] = None if coterminous is None else str(coterminous)
     else:
-        from flows.phsafe import phsafe_flow as product_flow
-
         parameters["credible_interval"] = args.credible_interval
+    refusal = _preflight(args, parameters)
+    if refusal is not None:
+        print(f"das run {product}: REFUSED — {refusal}", file=sys.stderr)
+        return EXIT_USAGE
+
+    from das.offline import configure_offline
+
+    configure_offline()
+    from das.validation.report import ValidationFailed
+    from flows.runner import task_runner_from_env
+
+    if product == "safetab-p":
+        from flows.safetab_p import safetab_p_flow as product_flow
+    else:
+        from flows.phsafe import phsafe_flow as product_flow
     flow = product_flow.with_options(task_runner=task_runner_from_env())
     with _quiet_tracebacks():
         state = flow(**parameters, return_state=True)
@@ -210,7 +265,7 @@ def run_command(args: argparse.Namespace) -> int:
         return EXIT_OK
     exc = state.result(raise_on_failure=False)
     if isinstance(exc, RunRefused):
-        print(f"das run {product}: REFUSED — {exc}", file=sys.stderr)
+        print(f"das run {product}: REFUSED — {exc.explained('cli')}", file=sys.stderr)
         return EXIT_USAGE
     if isinstance(exc, ValidationFailed):
         print(f"das run {product}: NOT RUN — {exc}", file=sys.stderr)

@@ -429,6 +429,13 @@ class PrivacyAccountant:
         self._entries[measurement.name] = entry
         return entry
 
+    def revert_draw(self, name: str) -> LedgerEntry:
+        """Mark a recorded draw as charged but not drawn: the system of record (the privacy
+        ledger of a release run) does not hold it, so it never happened and is drawn again."""
+        entry = LedgerEntry(self.get(name).measurement)
+        self._entries[name] = entry
+        return entry
+
     def reuse(self, measurement: Measurement) -> LedgerEntry:
         """The entry of a measurement already drawn with exactly these parameters (reruns)."""
         entry = self.get(measurement.name)

@@ -21,7 +21,6 @@ from pathlib import Path
 from typing import Any
 
 from das.io.atomic import atomic_write_text
-from das.io.writers import file_sha256
 from das.resources import build_info
 
 AUDIT_FORMAT = "das-audit/1"
@@ -111,20 +110,6 @@ def _git_describe(directory: Path) -> str | None:
     return done.stdout.strip() or None
 
 
-def file_hashes(
-    paths: Mapping[str, Path], digests: Mapping[str, str] | None = None
-) -> dict[str, dict[str, Any]]:
-    """name → {path, sha256} of each existing file (``digests`` saves rehashing). No sizes: an
-    input file's size is a statistic of the confidential data (about its number of records)."""
-    hashes: dict[str, dict[str, Any]] = {}
-    for name, path in paths.items():
-        path = Path(path)
-        if path.is_file():
-            digest = (digests or {}).get(name) or file_sha256(path)
-            hashes[name] = {"path": str(path), "sha256": digest}
-    return hashes
-
-
 def _now() -> str:
     return dt.datetime.now(dt.UTC).isoformat(timespec="seconds")
 
@@ -212,6 +197,19 @@ def _validation_line(validation: Mapping[str, Any] | None) -> str:
     )
 
 
+def _draws_line(draws: Mapping[str, Any]) -> str:
+    """Fresh and reused draws of a finished measurement, or, for an attempt that failed, what
+    the privacy ledger recorded as drawn (persisted noise counts as spent)."""
+    if not draws:
+        return "none recorded"
+    if "reused" in draws:
+        return f"{draws.get('fresh')} drawn now, {draws.get('reused')} reused"
+    return (
+        f"{draws.get('fresh')} drawn and persisted by this attempt, "
+        f"{draws.get('earlier_attempts')} by earlier attempts (the ledger's record)"
+    )
+
+
 def audit_markdown(audit: Mapping[str, Any], banner: str = "") -> str:
     """The audit record as a page a reviewer reads in the Prefect UI: what ran on what, with
     which randomness, what it cost (the ledger's cumulative totals), what was released. Only
@@ -244,8 +242,7 @@ def audit_markdown(audit: Mapping[str, Any], banner: str = "") -> str:
          else f"SEEDED, seed {randomness.get('seed')}"),
         ("config sha256", (audit.get("config") or {}).get("sha256")),
         ("validation", _validation_line(audit.get("validation"))),
-        ("draws", f"{draws.get('fresh')} drawn now, {draws.get('reused')} reused" if draws
-         else "none recorded"),
+        ("draws", _draws_line(draws)),
         ("duration (s)", audit.get("seconds")),
     ]  # fmt: skip
     lines += _table(("field", "value"), summary)
@@ -257,8 +254,15 @@ def audit_markdown(audit: Mapping[str, Any], banner: str = "") -> str:
     ledger = audit.get("privacy_ledger") or {}
     if ledger.get("passes"):
         lines += ["## Privacy ledger of this dataset", ""]
-        lines += [f"Dataset {md_escape(str(ledger.get('dataset'))[:16])}…, ledger "
-                  f"{md_escape(ledger.get('ledger'))}.", ""]  # fmt: skip
+        approval = ledger.get("approval")
+        lines += [
+            f"Dataset {md_escape(str(ledger.get('dataset'))[:16])}… (the ledger's keyed id of "
+            f"the records' fingerprint), ledger {md_escape(ledger.get('ledger_id'))} at "
+            f"{md_escape(ledger.get('ledger'))}; "
+            + (f"approval {md_escape(approval)}." if approval else "no approval (outside "
+               "production)."),
+            "",
+        ]  # fmt: skip
         lines += _table(
             ("pass", "definition", "earlier runs", "this run", "cumulative"),
             [
@@ -269,8 +273,11 @@ def audit_markdown(audit: Mapping[str, Any], banner: str = "") -> str:
     inputs = audit.get("inputs") or {}
     if inputs:
         lines += ["## Inputs", ""]
-        lines += _table(("file", "sha256"), [(name, info["sha256"]) for name, info in
-                                            inputs.items()])  # fmt: skip
+        lines += _table(
+            ("file", "path", "ledger id of its records"),
+            [(name, info.get("path"), str(info.get("id") or "—")[:16]) for name, info in
+             inputs.items()],
+        )  # fmt: skip
     outputs = audit.get("outputs") or {}
     if outputs:
         lines += ["## Outputs", ""]

@@ -6,10 +6,11 @@ Layout, for ``--output OUT``::
     OUT.das/
         lock                        held (flock) by the one run writing OUT
         runs/<run-id>/
-            identity.json           what the noise was drawn for (inputs, config, specs, seed)
+            sealed/<digest>/        the run's parameters, frozen at its start (validation reads them)
             lease                   the token of the attempt that owns the run now
-            noise/<measurement>.npy one int64 noise vector per measurement drawn
-            ledger/<partition>.json the privacy ledger of each partition (level, table)
+            noise/<measurement>.<token>.npy  one int64 noise vector per measurement drawn; the
+                                    privacy ledger records which file and its digest
+            ledger/<partition>.json each partition's accountant (level, table): budgets, digests
             validation/             the validation report of this run (curator only)
             run.log                 the run's local log (the curator's; may hold record counts)
             audit.json              the audit of the latest attempt, failed ones included
@@ -116,10 +117,6 @@ class RunFolder:
     def audit_path(self) -> Path:
         """The audit of the latest attempt (a published release carries its own copy)."""
         return self.root / "audit.json"
-
-    @property
-    def identity_path(self) -> Path:
-        return self.root / "identity.json"
 
     @property
     def lease_path(self) -> Path:

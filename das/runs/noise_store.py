@@ -17,6 +17,16 @@ Per measurement, in this order (so that a crash at any point is safe):
 
 The digest is ``sha256(noise.astype(int64).tobytes())``, the engine's ledger convention.
 
+In a release run the store also answers to the **privacy ledger** (:class:`DrawLedger`), the
+system of record: a draw is charged there before the noise exists and recorded there (file and
+digest) after; a resume reuses a noise file only when it matches the ledger's record for the
+run — the digests in the run folder authorize nothing, so a run folder whose noise files and
+digests were both replaced is not reused. Each draw goes to a file of its own name
+(``<measurement>.<token>.npy``) and the ledger says which file holds the recorded draw, so two
+processes that drew the same measurement (a Dask task retried while its first worker was still
+alive) never overwrite each other's file: the first record stands. A draw of an attempt that a
+newer attempt (a Retry) superseded is refused by the ledger.
+
 :meth:`NoiseStore.noise_file_for` is the same step for vectors too large to hold (national
 key sets: hundreds of millions of cells): the draws are streamed block by block into the
 ``.npy`` file, the digest computed on the way, and a read-only memory map is returned; a reuse
@@ -29,8 +39,11 @@ from __future__ import annotations
 import hashlib
 import io
 import json
+import secrets
 import threading
 from collections.abc import Callable
+from dataclasses import dataclass
+from pathlib import Path
 from typing import Any
 
 import numpy as np
@@ -39,7 +52,8 @@ from das.io.arrays import npy_data_digest, npy_info, open_npy, write_npy_blocks
 from das.io.atomic import atomic_write_bytes, atomic_write_text
 from das.privacy.accounting import Measurement, PrivacyAccountant, noise_digest
 from das.privacy.rng import RandomSource, default_source, seeded_rng
-from das.runs.folder import RunFolder
+from das.runs.folder import RunFolder, safe_name
+from das.runs.ledger import DrawRecord, PrivacyLedger
 
 RngFor = Callable[[Measurement], Any]
 
@@ -80,6 +94,24 @@ def describe_streams(seed: int | None) -> dict[str, Any]:
     }
 
 
+@dataclass(frozen=True)
+class DrawLedger:
+    """One attempt of one run, as the privacy ledger knows it (picklable: a ledger URL)."""
+
+    ledger: PrivacyLedger
+    run_id: str
+    attempt: int
+
+    def recorded(self, name: str) -> DrawRecord | None:
+        return self.ledger.draws(self.run_id).get(name)
+
+    def charge(self, name: str) -> None:
+        self.ledger.charge_draw(self.run_id, self.attempt, name)
+
+    def record(self, name: str, digest: str, size: int, file: str) -> DrawRecord:
+        return self.ledger.record_draw(self.run_id, self.attempt, name, digest, size, file)
+
+
 class NoiseStore:
     """The noise provider of one ledger partition (see the module docstring).
 
@@ -93,6 +125,7 @@ class NoiseStore:
         accountant: PrivacyAccountant,
         rng_for: RngFor,
         guard: Callable[[], None] | None = None,
+        draws: DrawLedger | None = None,
     ) -> None:
         self.folder = folder
         self.partition = partition
@@ -101,6 +134,7 @@ class NoiseStore:
         # Called before every charge, draw and write: raises when the run that owns this store
         # is gone or superseded (das.runs.release.RunLease.check), so orphaned tasks stop.
         self.guard = guard
+        self.draws = draws
         self.fresh: list[str] = []
         self.reused: list[str] = []
         self._lock = threading.Lock()
@@ -114,6 +148,7 @@ class NoiseStore:
         total: Any,
         rng_for: RngFor,
         guard: Callable[[], None] | None = None,
+        draws: DrawLedger | None = None,
     ) -> NoiseStore:
         """The store of ``partition``: its persisted ledger when a previous attempt left one."""
         path = folder.ledger_path(partition)
@@ -127,7 +162,7 @@ class NoiseStore:
                 )
         else:
             accountant = PrivacyAccountant(definition, total)
-        return cls(folder, partition, accountant, rng_for, guard)
+        return cls(folder, partition, accountant, rng_for, guard, draws)
 
     def _check_owner(self) -> None:
         if self.guard is not None:
@@ -139,20 +174,87 @@ class NoiseStore:
             json.dumps(self.accountant.to_dict(), indent=1),
         )
 
-    def _load(self, measurement: Measurement, size: int, digest: str) -> np.ndarray:
-        path = self.folder.noise_path(measurement.name)
+    def _missing(self, measurement: Measurement) -> NoiseDigestError:
+        return NoiseDigestError(
+            f"{measurement.name}: recorded as drawn but its noise file is missing; "
+            "it cannot be drawn again under the same run id"
+        )
+
+    def _mismatch(self, measurement: Measurement) -> NoiseDigestError:
+        return NoiseDigestError(
+            f"{measurement.name}: the stored noise does not match the ledger's record "
+            "(size or sha256); refusing to reuse or redraw it"
+        )
+
+    def _load(self, measurement: Measurement, path: Path, size: int, digest: str) -> np.ndarray:
         if not path.is_file():
-            raise NoiseDigestError(
-                f"{measurement.name}: recorded as drawn but its noise file is missing; "
-                "it cannot be drawn again under the same run id"
-            )
+            raise self._missing(measurement)
         noise = np.load(path, allow_pickle=False)
         if noise.dtype != np.int64 or noise.shape != (size,) or noise_digest(noise) != digest:
-            raise NoiseDigestError(
-                f"{measurement.name}: the stored noise does not match its ledger entry "
-                "(size or sha256); refusing to reuse or redraw it"
-            )
+            raise self._mismatch(measurement)
         return noise
+
+    def _check_file(self, measurement: Measurement, path: Path, size: int, digest: str) -> None:
+        """The stored file has ``size`` int64 values whose sha256 is the recorded digest."""
+        if not path.is_file():
+            raise self._missing(measurement)
+        shape, dtype = npy_info(path)
+        if dtype != np.int64 or shape != (size,) or npy_data_digest(path) != digest:
+            raise self._mismatch(measurement)
+
+    def _held(self, measurement: Measurement, size: int) -> tuple[Path, str] | None:
+        """Where the noise of ``measurement`` already drawn is, and its digest: the privacy
+        ledger's record in a release run, else this partition's persisted ledger."""
+        accountant = self.accountant
+        if self.draws is None:
+            if measurement.name in accountant and accountant.get(measurement.name).drawn:
+                entry = accountant.reuse(measurement)
+                return self.folder.noise_path(measurement.name), str(entry.noise_digest)
+            return None
+        record = self.draws.recorded(measurement.name)
+        if record is None:
+            # A draw the system of record does not hold was never completed (or was forged):
+            # it is drawn again, never reused.
+            if measurement.name in accountant and accountant.get(measurement.name).drawn:
+                accountant.revert_draw(measurement.name)
+            return None
+        if record.size != size:
+            raise self._mismatch(measurement)
+        if measurement.name in accountant and accountant.get(measurement.name).drawn:
+            entry = accountant.reuse(measurement)
+            if entry.noise_digest != record.digest:
+                accountant.revert_draw(measurement.name)
+        if not (measurement.name in accountant and accountant.get(measurement.name).drawn):
+            accountant.record(measurement, record.digest)
+            self.save_ledger()
+        return self.folder.noise_dir / record.file, record.digest
+
+    def _draw_file(self, measurement: Measurement) -> Path:
+        if self.draws is None:
+            return self.folder.noise_path(measurement.name)
+        return self.folder.noise_dir / f"{safe_name(measurement.name)}.{secrets.token_hex(6)}.npy"
+
+    def _charge(self, measurement: Measurement) -> None:
+        self._check_owner()
+        if measurement.name not in self.accountant:
+            self.accountant.charge(measurement)
+            self.save_ledger()
+        if self.draws is not None:
+            self.draws.charge(measurement.name)
+
+    def _record(self, measurement: Measurement, path: Path, digest: str, size: int) -> Path:
+        """Record the draw in the privacy ledger (if any) and the partition ledger; the file
+        that holds the recorded draw (another process's, when it recorded first)."""
+        if self.draws is not None:
+            record = self.draws.record(measurement.name, digest, size, path.name)
+            if record.file != path.name:
+                path.unlink(missing_ok=True)
+                path, digest = self.folder.noise_dir / record.file, record.digest
+                self._check_file(measurement, path, size, digest)
+        self.accountant.record(measurement, digest)
+        self.save_ledger()
+        self.fresh.append(measurement.name)
+        return path
 
     def noise_for(
         self, measurement: Measurement, size: int, accountant: PrivacyAccountant
@@ -161,41 +263,22 @@ class NoiseStore:
         if accountant is not self.accountant:
             raise ValueError(f"{measurement.name}: drawn against a ledger this store does not own")
         with self._lock:
-            if measurement.name in accountant and accountant.get(measurement.name).drawn:
-                entry = accountant.reuse(measurement)
-                noise = self._load(measurement, size, str(entry.noise_digest))
+            held = self._held(measurement, size)
+            if held is not None:
+                noise = self._load(measurement, held[0], size, held[1])
                 self.reused.append(measurement.name)
                 return noise
-            self._check_owner()
-            if measurement.name not in accountant:
-                accountant.charge(measurement)
-                self.save_ledger()
+            self._charge(measurement)
             noise = np.ascontiguousarray(
                 measurement.mechanism.sample(size, self.rng_for(measurement)), dtype=np.int64
             ).reshape(size)
             self._check_owner()
             buffer = io.BytesIO()
             np.save(buffer, noise, allow_pickle=False)
-            atomic_write_bytes(self.folder.noise_path(measurement.name), buffer.getvalue())
-            accountant.record(measurement, noise_digest(noise))
-            self.save_ledger()
-            self.fresh.append(measurement.name)
-            return noise
-
-    def _check_file(self, measurement: Measurement, size: int, digest: str) -> None:
-        """The stored file has ``size`` int64 values whose sha256 is the ledger's digest."""
-        path = self.folder.noise_path(measurement.name)
-        if not path.is_file():
-            raise NoiseDigestError(
-                f"{measurement.name}: recorded as drawn but its noise file is missing; "
-                "it cannot be drawn again under the same run id"
-            )
-        shape, dtype = npy_info(path)
-        if dtype != np.int64 or shape != (size,) or npy_data_digest(path) != digest:
-            raise NoiseDigestError(
-                f"{measurement.name}: the stored noise does not match its ledger entry "
-                "(size or sha256); refusing to reuse or redraw it"
-            )
+            mine = self._draw_file(measurement)
+            atomic_write_bytes(mine, buffer.getvalue())
+            path = self._record(measurement, mine, noise_digest(noise), size)
+            return noise if path == mine else np.load(path, allow_pickle=False)
 
     def noise_file_for(
         self, measurement: Measurement, size: int, accountant: PrivacyAccountant
@@ -208,20 +291,15 @@ class NoiseStore:
         if accountant is not self.accountant:
             raise ValueError(f"{measurement.name}: drawn against a ledger this store does not own")
         with self._lock:
-            path = self.folder.noise_path(measurement.name)
-            if measurement.name in accountant and accountant.get(measurement.name).drawn:
-                entry = accountant.reuse(measurement)
-                self._check_file(measurement, size, str(entry.noise_digest))
+            held = self._held(measurement, size)
+            if held is not None:
+                self._check_file(measurement, held[0], size, held[1])
                 self.reused.append(measurement.name)
-                return open_npy(path)
-            self._check_owner()
-            if measurement.name not in accountant:
-                accountant.charge(measurement)
-                self.save_ledger()
+                return open_npy(held[0])
+            self._charge(measurement)
+            path = self._draw_file(measurement)
             blocks = measurement.mechanism.sample_blocks(size, self.rng_for(measurement))
             digest = write_npy_blocks(path, blocks, size)
             self._check_owner()
-            accountant.record(measurement, digest)
-            self.save_ledger()
-            self.fresh.append(measurement.name)
+            path = self._record(measurement, path, digest, size)
             return open_npy(path)

@@ -1,11 +1,15 @@
 """What a run may do: production mode, and the markers of a release that is not private.
 
-``DAS_PRODUCTION=1`` (set on production work pools) refuses seeded noise and any infinite budget,
-and requires a privacy ledger (``DAS_LEDGER_DIR``). The flows call :func:`check_release_policy`
-first thing, so the refusal holds whatever starts them: ``das run``, a deployment, a schedule, a
-Retry, or a Python call of the flow function. Outside production both are allowed for tests and
-demos, and the release says so loudly (:func:`privacy_markers`): the success line, every artifact
-title, the audit, and a marker file in the release folder.
+``DAS_PRODUCTION`` (set on production work pools) is on for ``1``, ``true`` or ``yes`` (any case)
+and off when unset, empty, ``0``, ``false`` or ``no``; any other value is refused, so a typo
+never silently means "not production". Production refuses seeded noise, any infinite budget and
+``--skip-validation`` without a recorded passing validation, and requires an initialized
+privacy ledger (``DAS_LEDGER_DIR`` or ``DAS_LEDGER_URL``) whose approvals govern every spend.
+The flows check it themselves, so the refusal holds whatever starts them: ``das run``, a
+deployment, a schedule, a Retry, or a Python call of the flow function. Outside production,
+seeds and Infinity are allowed for tests and demos, and the release says so loudly
+(:func:`privacy_markers`): the success line, every artifact title, the audit, and a marker file
+in the release folder.
 """
 
 from __future__ import annotations
@@ -13,12 +17,16 @@ from __future__ import annotations
 import math
 import os
 from collections.abc import Iterable, Mapping
-from pathlib import Path
+from dataclasses import dataclass
 
 from das.privacy.accounting import Measurement
 
 PRODUCTION_ENV = "DAS_PRODUCTION"
 LEDGER_ENV = "DAS_LEDGER_DIR"
+LEDGER_URL_ENV = "DAS_LEDGER_URL"
+LEDGER_ID_ENV = "DAS_LEDGER_ID"
+_ON = ("1", "true", "yes")
+_OFF = ("", "0", "false", "no")
 
 # Marker files of the release folder, and what each one says.
 NOT_PRIVATE = "NOT-PRIVATE"
@@ -35,14 +43,57 @@ MARKER_TEXT = {
 }
 
 
+@dataclass(frozen=True)
+class Remedy:
+    """The next step after a refusal, in the syntax of where the run was started: a ``das
+    run`` flag, a deployment parameter, or a command that is the same everywhere (e.g. the
+    approval of the spend in the ledger)."""
+
+    cli: str | None = None
+    deployment: str | None = None
+    command: str | None = None
+
+    def for_context(self, context: str) -> str | None:
+        """``context``: ``cli`` (das run), ``deployment`` or ``python`` (a direct flow call)."""
+        if self.command is not None:
+            return self.command
+        if context == "cli":
+            return self.cli
+        return self.deployment or self.cli
+
+
 class RunRefused(RuntimeError):
-    """The run may not start (policy, identity, ledger or output lock); nothing was drawn and
-    nothing in the output was touched. The message says why and what to do; it holds no data."""
+    """The run may not start, or may not go on to draw (policy, identity, ledger, approvals,
+    output lock); nothing was drawn. The message says why, :attr:`remedy` what to do; it holds
+    no data."""
+
+    def __init__(self, message: str, remedy: Remedy | None = None) -> None:
+        super().__init__(message)
+        self.remedy = remedy
+
+    def explained(self, context: str = "cli") -> str:
+        """The message and, when there is one, the next step in ``context``'s syntax."""
+        step = None if self.remedy is None else self.remedy.for_context(context)
+        return str(self) if step is None else f"{self} Next step: {step}"
+
+
+def production_mode(environ: Mapping[str, str] | None = None) -> bool:
+    """Whether ``DAS_PRODUCTION`` says production; refuses a value it does not know."""
+    raw = (os.environ if environ is None else environ).get(PRODUCTION_ENV)
+    value = "" if raw is None else raw.strip().lower()
+    if value in _ON:
+        return True
+    if value in _OFF:
+        return False
+    raise RunRefused(
+        f"{PRODUCTION_ENV}={raw!r} is neither on (1, true, yes) nor off (unset, 0, false, no); "
+        "refusing to guess whether this is a production run"
+    )
 
 
 def is_production(environ: Mapping[str, str] | None = None) -> bool:
-    """True under ``DAS_PRODUCTION=1``."""
-    return (os.environ if environ is None else environ).get(PRODUCTION_ENV) == "1"
+    """True under production mode (:func:`production_mode`; an unknown value refuses)."""
+    return production_mode(environ)
 
 
 def infinite_queries(plan: Iterable[Measurement]) -> list[str]:
@@ -70,12 +121,16 @@ def check_release_policy(
     seed: int | None,
     plan: Iterable[Measurement],
     environ: Mapping[str, str] | None = None,
+    *,
+    cumulative_total: Mapping[str, str] | None = None,
 ) -> None:
-    """Refuse, under production mode, a seed, an infinite budget or a missing ledger folder."""
+    """Refuse, under production mode, a seed, an infinite budget, a missing ledger setting or a
+    named cumulative total (spend is approved in the ledger there). ``--skip-validation`` is
+    checked later, against the ledger's record of a passing validation of the same data."""
     environ = os.environ if environ is None else environ
     if seed is not None and (isinstance(seed, bool) or not isinstance(seed, int) or seed < 0):
         raise RunRefused(f"seed must be a non-negative integer, got {seed!r}")
-    if not is_production(environ):
+    if not production_mode(environ):
         return
     problems = []
     if seed is not None:
@@ -86,21 +141,17 @@ def check_release_policy(
         problems.append(
             f"{len(infinite)} query(ies) have an infinite budget, i.e. no noise ({shown})"
         )
-    if not environ.get(LEDGER_ENV):
-        problems.append(f"{LEDGER_ENV} is not set (the privacy ledger is required in production)")
+    if not (environ.get(LEDGER_ENV) or environ.get(LEDGER_URL_ENV)):
+        problems.append(
+            f"neither {LEDGER_ENV} nor {LEDGER_URL_ENV} is set (the privacy ledger is required "
+            "in production)"
+        )
+    if cumulative_total:
+        problems.append(
+            "a cumulative total was named (in production a further spend is approved in the "
+            "ledger with `das ledger approve`, not accepted on the command line)"
+        )
     if problems:
         raise RunRefused(
             f"refused under {PRODUCTION_ENV}=1: " + "; ".join(problems) + ". Nothing was drawn."
         )
-
-
-def ledger_directory(output: Path, environ: Mapping[str, str] | None = None) -> Path:
-    """Where the privacy ledger lives: ``DAS_LEDGER_DIR``, else (outside production only) the
-    folder ``.das-ledger`` beside the output folder, shared by sibling outputs."""
-    environ = os.environ if environ is None else environ
-    configured = environ.get(LEDGER_ENV)
-    if configured:
-        return Path(configured).expanduser().resolve()
-    if is_production(environ):
-        raise RunRefused(f"{LEDGER_ENV} is required under {PRODUCTION_ENV}=1")
-    return Path(output).resolve().parent / ".das-ledger"

@@ -17,12 +17,13 @@ from __future__ import annotations
 
 import datetime as dt
 import fcntl
+import hashlib
 import json
 import os
 import secrets
 import shutil
 import time
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -104,6 +105,22 @@ class OutputLock:
         self._fd = fd
         return self
 
+    @staticmethod
+    def held_elsewhere(path: Path) -> bool:
+        """Whether a live run holds the lock at ``path`` (creates nothing: a refused run must
+        leave no lock folder behind)."""
+        try:
+            fd = os.open(path, os.O_RDWR)
+        except FileNotFoundError:
+            return False
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            return True
+        finally:
+            os.close(fd)
+        return False
+
     def release(self) -> None:
         if self._fd is not None:
             fcntl.flock(self._fd, fcntl.LOCK_UN)
@@ -158,6 +175,15 @@ def _table_files(staging: Path) -> dict[str, dict[str, Any]]:
             continue
         files[relative] = {"bytes": path.stat().st_size, "sha256": file_sha256(path)}
     return files
+
+
+def content_digest(files: Mapping[str, Mapping[str, Any]]) -> str:
+    """SHA-256 over the sorted ``name:sha256`` lines of a release's files (the MANIFEST
+    excluded): what the privacy ledger records as the release before it is published."""
+    lines = "".join(
+        f"{name}:{info['sha256']}\n" for name, info in sorted(files.items()) if name != MANIFEST
+    )
+    return hashlib.sha256(lines.encode()).hexdigest()
 
 
 def _content(manifest: Mapping[str, Any]) -> dict[str, str]:
@@ -217,10 +243,14 @@ class ReleaseStager:
         audit: Mapping[str, Any],
         outputs: Mapping[str, Mapping[str, Any]],
         markers: list[str],
+        seal: Callable[[str], Mapping[str, Any]] | None = None,
     ) -> dict[str, Any]:
         """Write markers, audit and the manifest (last) into staging, then rename it into
         place. Returns what happened: ``published``, ``already-published`` (a rerun of the same
-        run whose content equals the release in place) and any replaced release."""
+        run whose content equals the release in place) and any replaced release.
+
+        ``seal(content_digest)`` records the release in the privacy ledger just before the
+        MANIFEST is written and returns the ledger head the MANIFEST carries (``ledger``)."""
         staging = self.staging
         for marker in markers:
             atomic_write_text(staging / marker, MARKER_TEXT[marker])
@@ -231,7 +261,7 @@ class ReleaseStager:
         for name, info in outputs.items():
             if name in files and "rows" in info:
                 files[name]["rows"] = info["rows"]
-        manifest = {
+        manifest: dict[str, Any] = {
             "format": MANIFEST_FORMAT,
             "run_id": self.folder.run_id,
             "product": audit.get("product"),
@@ -239,8 +269,6 @@ class ReleaseStager:
             "markers": markers,
             "files": files,
         }
-        atomic_write_text(staging / MANIFEST, json.dumps(manifest, indent=1) + "\n")
-        fsync_directory(staging)
         release = self.folder.release_dir
         result: dict[str, Any] = {"state": "published", "replaced": None}
         existing = read_manifest(release)
@@ -252,7 +280,13 @@ class ReleaseStager:
                 )
             shutil.rmtree(staging)
             result["state"] = "already-published"
+            result["manifest"] = str(release / MANIFEST)
+            result["ledger"] = existing.get("ledger")
             return result
+        if seal is not None:
+            manifest["ledger"] = dict(seal(content_digest(files)))
+        atomic_write_text(staging / MANIFEST, json.dumps(manifest, indent=1) + "\n")
+        fsync_directory(staging)
         if release.exists():
             problem = describe_existing(release)
             if problem is not None and not (self.replace and existing is not None):
@@ -269,4 +303,6 @@ class ReleaseStager:
         os.rename(staging, release)
         fsync_directory(release.parent)
         result["manifest"] = str(release / MANIFEST)
+        result["manifest_sha256"] = file_sha256(release / MANIFEST)
+        result["ledger"] = manifest.get("ledger")
         return result

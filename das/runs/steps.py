@@ -4,10 +4,11 @@ At national scale the steps before the release (validation, spilling the records
 true totals and cells) take most of an hour; a run killed while writing must not redo them.
 Each step that finishes writes ``steps/<name>.json`` in its run folder (atomically, after its
 outputs). A resumed run skips a step with a marker. That is sound because a resumed run has
-passed the identity check (the same inputs, config, specs and seed mode as the noise was drawn
-for: :mod:`das.runs.identity`), and a marker holds the code version that wrote it: after a
-code change, every step is redone. Noise is never a "step": it is reused through the noise
-store's ledger, whatever the markers say.
+passed the ledger's binding check (the same sealed parameters and seed mode as the noise was
+drawn for), its records are bound to one dataset (a record file that changed since the run read
+it is read again and its fingerprint compared: the reading steps are forgotten), and a marker
+holds the code version that wrote it: after a code change, every step is redone. Noise is never
+a "step": it is reused as the privacy ledger recorded it, whatever the markers say.
 """
 
 from __future__ import annotations
@@ -41,6 +42,11 @@ class RunSteps:
         """Record ``name`` as complete (call only after its outputs are in place)."""
         marker = {"step": name, "code_version": self.code_version, **info}
         atomic_write_text(self._path(name), json.dumps(marker, sort_keys=True) + "\n")
+
+    def forget(self, *names: str) -> None:
+        """Make steps count as not done (their inputs changed): a resume redoes them."""
+        for name in names:
+            self._path(name).unlink(missing_ok=True)
 
     def completed(self) -> list[str]:
         """Names of the steps this code completed (for the audit)."""

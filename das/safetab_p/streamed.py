@@ -791,14 +791,19 @@ def write_release_tables(
     work: WorkFolder,
     folder: str | Path,
     coterminous_file: Path | None = None,
+    coterminous_sets: pd.DataFrame | None = None,
 ) -> dict[str, int]:
     """Write ``t1/t1.txt`` and ``t2/t2.txt`` into ``folder`` (an existing staging folder).
 
     Streamed: one chunk of one level at a time; each file appears atomically. Returns the
-    rows written per table.
+    rows written per table. Reviewed coterminous sets come as a file or already read
+    (``coterminous_sets``, as :func:`read_coterminous_file` returns them); else they are
+    derived from the GRF-C.
     """
     folder = Path(folder)
-    file_sets = None if coterminous_file is None else read_coterminous_file(coterminous_file)
+    file_sets = coterminous_sets
+    if file_sets is None and coterminous_file is not None:
+        file_sets = read_coterminous_file(coterminous_file)
     stages = plan_by_partition(config, specs)
     (folder / "t1").mkdir(exist_ok=True)
     (folder / "t2").mkdir(exist_ok=True)

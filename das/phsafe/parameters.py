@@ -1,0 +1,64 @@
+"""A PHSafe run's parameters, parsed once from its sealed ``config.json`` (:mod:`das.runs.seal`):
+the pass's config and its planned queries by table, handed to every task as objects."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from functools import partial
+from pathlib import Path
+
+from das.io.phsafe import PHSAFE_INPUTS
+from das.io.tables import resolve_input
+from das.phsafe.engine import queries_by_table
+from das.phsafe.plan import plan_phsafe
+from das.privacy.accounting import Measurement
+from das.runs.seal import CONFIG, SealedParameters
+from das.runs.start import RunInputs, RunPlan, found_inputs
+from das.specs.config import ConfigError, PHSafeConfig, load_phsafe_config
+
+
+@dataclass(frozen=True)
+class PHSafeParameters:
+    """The pass's config and its planned queries by table (public: no record is read)."""
+
+    config: PHSafeConfig
+    queries: dict[str, tuple[Measurement, ...]]
+
+    @property
+    def plan(self) -> tuple[Measurement, ...]:
+        return tuple(m for measurements in self.queries.values() for m in measurements)
+
+    def run_plan(self) -> RunPlan:
+        return RunPlan(self.config.privacy_defn.value, self.plan)
+
+
+def run_inputs(config_path: Path, data_dir: Path) -> RunInputs:
+    """Every file a PHSafe run reads: the config and the three record files (persons, units
+    and geo, all confidential: they key the privacy ledger)."""
+    found: dict[str, Path] = {}
+    for spec in PHSAFE_INPUTS:
+        for path in found_inputs(data_dir, [partial(resolve_input, spec=spec)]).values():
+            found[spec.name] = path
+    candidates = tuple(
+        data_dir / f"{spec.stem}{suffix}"
+        for spec in PHSAFE_INPUTS
+        for suffix in (spec.text_suffix, ".parquet")
+    )
+    return RunInputs(
+        data_dir=data_dir,
+        parameters={CONFIG: config_path},
+        confidential=found,
+        candidates=candidates,
+    )
+
+
+def parse_parameters(sealed: SealedParameters) -> PHSafeParameters | None:
+    """The parsed parameters, or None when the config cannot be parsed (validation reports
+    why, and nothing is drawn)."""
+    try:
+        with sealed.materialized() as folder:
+            config = load_phsafe_config(folder / CONFIG)
+    except (ConfigError, OSError, ValueError):
+        return None
+    queries = {t: tuple(ms) for t, ms in queries_by_table(plan_phsafe(config)).items()}
+    return PHSafeParameters(config, queries)

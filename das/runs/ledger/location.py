@@ -1,0 +1,88 @@
+"""Where the privacy ledger is, and opening it for a run.
+
+``DAS_LEDGER_URL`` (a SQLAlchemy URL: ``postgresql+psycopg://...`` for a ledger every host
+reaches, or ``sqlite:///...``) or ``DAS_LEDGER_DIR`` (a folder holding ``ledger.sqlite``) name
+it. Production requires one of them, and an initialized, intact ledger: it never creates one.
+Outside production the default is one ledger per user,
+``${XDG_DATA_HOME:-~/.local/share}/das/ledger``, created on first use — and the run says so —
+so that the same data released from different output folders meets the same history.
+``DAS_LEDGER_ID`` pins the ledger a deployment expects (``das deploy`` sets it): a run that
+finds another ledger at the configured place is refused.
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Mapping
+from dataclasses import dataclass
+from pathlib import Path
+
+from das.runs.ledger.book import LedgerInfo, LedgerRefused, PrivacyLedger
+from das.runs.ledger.store import LedgerStore
+from das.runs.policy import LEDGER_ENV, LEDGER_ID_ENV, LEDGER_URL_ENV, production_mode
+
+
+def default_ledger_dir(environ: Mapping[str, str] | None = None) -> Path:
+    """The per-user ledger folder used outside production when none is configured."""
+    environ = os.environ if environ is None else environ
+    base = environ.get("XDG_DATA_HOME") or str(Path.home() / ".local" / "share")
+    return Path(base).expanduser().absolute() / "das" / "ledger"
+
+
+def configured_store(environ: Mapping[str, str] | None = None) -> LedgerStore | None:
+    """The ledger ``DAS_LEDGER_URL`` or ``DAS_LEDGER_DIR`` names, or None."""
+    environ = os.environ if environ is None else environ
+    url = (environ.get(LEDGER_URL_ENV) or "").strip()
+    if url:
+        return LedgerStore(url)
+    directory = (environ.get(LEDGER_ENV) or "").strip()
+    if directory:
+        return LedgerStore.in_directory(directory)
+    return None
+
+
+def ledger_store(environ: Mapping[str, str] | None = None) -> LedgerStore:
+    """The configured ledger, else (outside production only) the per-user default."""
+    store = configured_store(environ)
+    if store is not None:
+        return store
+    if production_mode(environ):
+        raise LedgerRefused(
+            f"{LEDGER_ENV} or {LEDGER_URL_ENV} is required under DAS_PRODUCTION (the privacy "
+            "ledger is never implicit in production)"
+        )
+    return LedgerStore.in_directory(default_ledger_dir(environ))
+
+
+@dataclass(frozen=True)
+class OpenedLedger:
+    """The ledger a run uses, its identity, and whether this run created it."""
+
+    ledger: PrivacyLedger
+    info: LedgerInfo
+    created: bool
+
+
+def open_ledger(environ: Mapping[str, str] | None = None) -> OpenedLedger:
+    """The run's ledger, initialized and intact, or a refusal naming what is wrong.
+
+    Production: configured, initialized and intact, and the one ``DAS_LEDGER_ID`` pins. Outside
+    production a ledger that does not exist yet is created (``created`` is then True: tell the
+    operator); an existing file that is empty or broken is refused, never replaced.
+    """
+    environ = os.environ if environ is None else environ
+    store = ledger_store(environ)
+    ledger = PrivacyLedger(store)
+    created = False
+    if not production_mode(environ) and store.file_state() == "absent":
+        PrivacyLedger.initialize(store)
+        created = True
+    info = ledger.require_intact()
+    pinned = (environ.get(LEDGER_ID_ENV) or "").strip()
+    if pinned and pinned != info.ledger_id:
+        raise LedgerRefused(
+            f"the privacy ledger at {info.location} is ledger {info.ledger_id}, but "
+            f"{LEDGER_ID_ENV} expects {pinned}: {LEDGER_ENV}/{LEDGER_URL_ENV} points at another "
+            "ledger (mistyped, or the ledger was replaced)"
+        )
+    return OpenedLedger(ledger, info, created)

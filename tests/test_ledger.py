@@ -1,0 +1,430 @@
+"""The privacy ledger alone (das/runs/ledger/): runs bound to their output, approvals, spend
+authorized per dataset, draws recorded, the hash chain and what breaks it, tried as a careless
+or hostile operator would. Every test runs on each store (:func:`ledger_store`)."""
+
+from __future__ import annotations
+
+import multiprocessing
+import re
+import sqlite3
+from fractions import Fraction
+from pathlib import Path
+
+import pytest
+
+from das.privacy.limits import MAX_PASS_TOTAL
+from das.runs.ledger import (
+    ApprovalRequired,
+    CeilingExceeded,
+    CumulativeSpendRequired,
+    DrawRefused,
+    LedgerRefused,
+    LedgerStore,
+    PrivacyLedger,
+    RunOpening,
+    decimal_text,
+    open_ledger,
+    parse_total,
+    release_anchor_problems,
+)
+from das.runs.policy import RunRefused
+
+US = {"US": Fraction("4.944")}
+CONFIG = "c" * 64
+
+
+@pytest.fixture
+def store(tmp_path: Path) -> LedgerStore:
+    return LedgerStore.in_directory(tmp_path / "ledger")
+
+
+@pytest.fixture
+def ledger(store: LedgerStore) -> PrivacyLedger:
+    return PrivacyLedger.initialize(store)
+
+
+def opening(run_id: str, budgets=None, *, output: str | None = None, definition: str = "zcdp",
+            markers: tuple[str, ...] = (), seed_mode: str = "secure",
+            product: str = "safetab-p") -> RunOpening:  # fmt: skip
+    return RunOpening(
+        run_id=run_id,
+        product=product,
+        output=output or f"/releases/{run_id}",
+        config_sha256=CONFIG,
+        seal="s" * 64,
+        definition=definition,
+        budgets=US if budgets is None else budgets,
+        seed_mode=seed_mode,
+        markers=markers,
+    )
+
+
+def approve(ledger: PrivacyLedger, dataset: str, budgets=None, definition: str = "zcdp"):
+    return ledger.approve(
+        product="safetab-p",
+        dataset=dataset,
+        config_sha256=CONFIG,
+        definition=definition,
+        budgets=US if budgets is None else budgets,
+        note="test",
+    )
+
+
+def test_decimal_text_is_exact_and_parse_total_inverts_it() -> None:
+    assert decimal_text(Fraction("9.888")) == "9.888"
+    assert decimal_text(Fraction(4944, 1000) * 2) == "9.888"
+    assert decimal_text(Fraction(1, 3)) == "1/3"
+    assert decimal_text(float("inf")) == "Infinity"
+    for text in ("9.888", "1/3", "0.000135", "Infinity"):
+        assert decimal_text(parse_total(text)) == text
+    with pytest.raises(ValueError):
+        parse_total("lots")
+
+
+# --- creating and opening -------------------------------------------------------------------
+
+
+def test_a_ledger_is_created_once_with_ceilings_no_higher_than_the_system_maximum(
+    store: LedgerStore,
+) -> None:
+    with pytest.raises(ValueError, match="outside"):
+        PrivacyLedger.initialize(store, {"zcdp": Fraction(11)})
+    with pytest.raises(ValueError, match="outside"):
+        PrivacyLedger.initialize(store, {"puredp": Fraction(10) ** 300})
+    ledger = PrivacyLedger.initialize(store, {"zcdp": Fraction(6)})
+    info = ledger.info()
+    assert info.ceilings == {"zcdp": Fraction(6), "puredp": MAX_PASS_TOTAL["puredp"]}
+    assert info.head_seq == 1 and ledger.verify() == []
+    with pytest.raises(LedgerRefused, match="already exists"):
+        PrivacyLedger.initialize(store)
+    if store.path is not None:
+        assert oct(store.path.stat().st_mode & 0o777) == "0o600"
+
+
+def test_production_never_creates_a_ledger_and_refuses_a_missing_or_emptied_one(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setenv("DAS_PRODUCTION", "1")
+    monkeypatch.delenv("DAS_LEDGER_URL", raising=False)
+    monkeypatch.delenv("DAS_LEDGER_DIR", raising=False)
+    with pytest.raises(LedgerRefused, match="required under DAS_PRODUCTION"):
+        open_ledger()
+    folder = tmp_path / "typo"
+    monkeypatch.setenv("DAS_LEDGER_DIR", str(folder))
+    with pytest.raises(LedgerRefused, match="absent or never initialized"):
+        open_ledger()
+    assert not folder.exists()  # nothing created
+    store = LedgerStore.in_directory(folder)
+    PrivacyLedger.initialize(store)
+    assert open_ledger().created is False
+    store.path.write_bytes(b"")  # truncated to 0 bytes
+    with pytest.raises(LedgerRefused, match="empty file: it was emptied or truncated"):
+        open_ledger()
+    with pytest.raises(LedgerRefused, match="empty"):
+        PrivacyLedger.initialize(store)  # an emptied ledger is not a new one
+
+
+def test_outside_production_the_default_is_one_ledger_per_user_created_once(
+    private_default_ledger: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.delenv("DAS_LEDGER_DIR", raising=False)
+    monkeypatch.delenv("DAS_PRODUCTION", raising=False)
+    first = open_ledger()
+    assert first.created and Path(first.info.location).parent == private_default_ledger
+    second = open_ledger()
+    assert not second.created and second.info.ledger_id == first.info.ledger_id
+    Path(first.info.location).write_bytes(b"")  # emptied: never silently re-created
+    with pytest.raises(LedgerRefused, match="emptied or truncated"):
+        open_ledger()
+
+
+def test_a_pinned_ledger_id_refuses_another_ledger(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    real = PrivacyLedger.initialize(LedgerStore.in_directory(tmp_path / "real")).info()
+    PrivacyLedger.initialize(LedgerStore.in_directory(tmp_path / "other"))
+    monkeypatch.setenv("DAS_LEDGER_ID", real.ledger_id)
+    monkeypatch.setenv("DAS_LEDGER_DIR", str(tmp_path / "other"))
+    with pytest.raises(LedgerRefused, match="points at another ledger"):
+        open_ledger()
+    monkeypatch.setenv("DAS_LEDGER_DIR", str(tmp_path / "real"))
+    assert open_ledger().info.ledger_id == real.ledger_id
+
+
+# --- runs, approvals, spend -------------------------------------------------------------------
+
+
+def test_a_run_id_is_bound_to_its_output_parameters_and_randomness(
+    ledger: PrivacyLedger,
+) -> None:
+    assert ledger.open_run(opening("r")).attempt == 1
+    assert ledger.open_run(opening("r")).attempt == 2  # a resume
+    for other, changed in (
+        (opening("r", output="/releases/elsewhere"), "output"),
+        (opening("r", {"US": Fraction(1)}), "budgets"),
+        (opening("r", seed_mode="seeded:3"), "seed_mode"),
+        (opening("r", product="phsafe"), "product"),
+    ):
+        with pytest.raises(LedgerRefused, match=f"bound in the ledger to another run .*{changed}"):
+            ledger.open_run(other)
+    assert ledger.run("r").attempt == 2
+
+
+def test_production_spends_only_what_a_person_approved_for_that_dataset(
+    ledger: PrivacyLedger,
+) -> None:
+    data = ledger.dataset_id("f" * 64)
+    ledger.open_run(opening("a"))
+    with pytest.raises(ApprovalRequired) as refused:
+        ledger.authorize("a", data, production=True)
+    assert [p.cumulative for p in refused.value.passes] == [Fraction("4.944")]
+    assert "ceiling 10" in str(refused.value)
+    approval = approve(ledger, data)
+    assert approval["passes"]["US"]["cumulative"] == "618/125"  # 4.944
+    assert [p.prior for p in ledger.authorize("a", data, production=True)] == [0]
+    assert ledger.run("a").approval == approval["approval_id"]
+    # The approval is used: a second run on the same records needs its own.
+    ledger.open_run(opening("b"))
+    with pytest.raises(ApprovalRequired, match=re.escape("earlier 4.944 + this run 4.944")):
+        ledger.authorize("b", data, production=True)
+    # An approval of another dataset or another config does not count.
+    approve(ledger, ledger.dataset_id("e" * 64))
+    with pytest.raises(ApprovalRequired):
+        ledger.authorize("b", data, production=True)
+    second = approve(ledger, data)
+    assert second["passes"]["US"]["prior"] == "618/125"
+    passes = ledger.authorize("b", data, production=True)
+    assert passes[0].cumulative == Fraction("9.888") and passes[0].prior_runs == ("a",)
+    assert ledger.totals(data) == {"US": {"zcdp": "9.888"}}
+
+
+def test_an_approval_given_before_another_spend_no_longer_covers_the_new_total(
+    ledger: PrivacyLedger,
+) -> None:
+    data = ledger.dataset_id("f" * 64)
+    approve(ledger, data)
+    approve(ledger, data)  # both approved against an earlier total of 0
+    for run_id in ("a", "b"):
+        ledger.open_run(opening(run_id))
+    ledger.authorize("a", data, production=True)
+    with pytest.raises(ApprovalRequired):
+        ledger.authorize("b", data, production=True)  # 9.888 > the 4.944 approved
+
+
+def test_nothing_passes_the_ceiling_neither_an_approval_nor_a_run(ledger: PrivacyLedger) -> None:
+    data = ledger.dataset_id("f" * 64)
+    with pytest.raises(CeilingExceeded, match="ceiling is rho 10"):
+        approve(ledger, data, {"US": Fraction(11)})
+    with pytest.raises(CeilingExceeded):
+        approve(ledger, data, {"US": Fraction(10) ** 300})
+    with pytest.raises(LedgerRefused, match="infinite budget"):
+        approve(ledger, data, {"US": float("inf")})
+    approve(ledger, data, {"US": Fraction(6)})
+    ledger.open_run(opening("big", {"US": Fraction(6)}))
+    ledger.authorize("big", data, production=False)
+    with pytest.raises(CeilingExceeded, match="ceiling is rho 10"):
+        approve(ledger, data, {"US": Fraction(6)})  # 6 spent: another 6 would make 12
+    # Outside production too: a private run's cumulative total stays under the ceiling.
+    ledger.open_run(opening("more", {"US": Fraction(5)}))
+    with pytest.raises(CeilingExceeded, match=re.escape("= 11")):
+        ledger.authorize("more", data, production=False, accepted={"US": Fraction(11)})
+
+
+def test_outside_production_a_further_spend_needs_the_exact_cumulative_total(
+    ledger: PrivacyLedger,
+) -> None:
+    data = ledger.dataset_id("f" * 64)
+    for run_id in ("a", "b"):
+        ledger.open_run(opening(run_id))
+    ledger.authorize("a", data, production=False)  # the first spend needs nothing
+    with pytest.raises(CumulativeSpendRequired) as refused:
+        ledger.authorize("b", data, production=False)
+    assert refused.value.explained("cli").endswith("--cumulative-total US=9.888")
+    assert 'cumulative_total = {"US": "9.888"}' in refused.value.explained("deployment")
+    with pytest.raises(CumulativeSpendRequired, match="does not match"):
+        ledger.authorize("b", data, production=False, accepted={"US": Fraction(9)})
+    with pytest.raises(CumulativeSpendRequired, match="does not have"):
+        ledger.authorize("b", data, production=False, accepted={"PR": Fraction(1)})
+    ledger.authorize("b", data, production=False, accepted={"US": Fraction("9.888")})
+
+
+def test_pure_dp_and_zcdp_spends_compose_exactly(ledger: PrivacyLedger) -> None:
+    data = ledger.dataset_id("f" * 64)
+    ledger.open_run(opening("pure", {"US": Fraction(2)}, definition="puredp"))
+    ledger.authorize("pure", data, production=False)
+    # ε = 2 pure DP is ρ = ε²/2 = 2 zCDP; the zCDP run adds 0.5.
+    ledger.open_run(opening("z", {"US": Fraction(1, 2)}))
+    ledger.authorize("z", data, production=False, accepted={"US": Fraction("2.5")})
+    # Under pure DP a zCDP spend has no equivalent: the cumulative ε is infinite.
+    ledger.open_run(opening("p2", {"US": Fraction(1)}, definition="puredp"))
+    with pytest.raises(CeilingExceeded, match="Infinity"):
+        ledger.authorize("p2", data, production=False, accepted={"US": float("inf")})
+
+
+def test_an_infinity_run_leaves_no_room_for_a_private_release(ledger: PrivacyLedger) -> None:
+    data = ledger.dataset_id("f" * 64)
+    ledger.open_run(opening("exact", {"US": float("inf")}, markers=("NOT-PRIVATE",)))
+    ledger.authorize("exact", data, production=False)  # golden tests: allowed, marked
+    ledger.open_run(opening("finite"))
+    with pytest.raises(CeilingExceeded, match="Infinity"):
+        ledger.authorize("finite", data, production=False, accepted={"US": float("inf")})
+    assert ledger.totals(data) == {"US": {"zcdp": "Infinity"}}
+
+
+def test_a_run_that_never_drew_returns_its_spend_one_that_drew_never_does(
+    ledger: PrivacyLedger,
+) -> None:
+    data = ledger.dataset_id("f" * 64)
+    approval = approve(ledger, data)
+    ledger.open_run(opening("a"))
+    ledger.authorize("a", data, production=True)
+    assert ledger.release_reservation("a", "ValidationFailed")
+    assert ledger.run("a").status == "released" and ledger.totals(data) == {}
+    ledger.open_run(opening("b"))
+    ledger.authorize("b", data, production=True)  # the approval came back
+    assert ledger.run("b").approval == approval["approval_id"]
+    ledger.start_drawing("b", 1)
+    assert not ledger.release_reservation("b", "crash")  # it may have drawn
+    assert ledger.run("b").status == "drawing" and ledger.totals(data) == {"US": {"zcdp": "4.944"}}
+
+
+def test_a_run_bound_to_one_dataset_cannot_resume_on_other_records(ledger: PrivacyLedger) -> None:
+    data = ledger.dataset_id("f" * 64)
+    ledger.open_run(opening("a"))
+    ledger.authorize("a", data, production=False)
+    ledger.open_run(opening("a"))
+    assert ledger.authorize("a", data, production=False)[0].this_run == Fraction("4.944")
+    with pytest.raises(LedgerRefused, match="read other records in an earlier attempt"):
+        ledger.authorize("a", ledger.dataset_id("e" * 64), production=False)
+
+
+def test_dataset_ids_are_keyed_by_the_ledger(tmp_path: Path, ledger: PrivacyLedger) -> None:
+    other = PrivacyLedger.initialize(LedgerStore.in_directory(tmp_path / "other"))
+    assert ledger.dataset_id("f" * 64) == ledger.dataset_id("f" * 64)
+    assert ledger.dataset_id("f" * 64) != other.dataset_id("f" * 64)
+    assert ledger.dataset_id("f" * 64) != ledger.dataset_id("e" * 64)
+
+
+# --- draws ------------------------------------------------------------------------------------
+
+
+def test_draws_are_charged_then_recorded_once_by_the_current_attempt_only(
+    ledger: PrivacyLedger,
+) -> None:
+    data = ledger.dataset_id("f" * 64)
+    ledger.open_run(opening("a"))
+    ledger.authorize("a", data, production=False)
+    with pytest.raises(DrawRefused, match="not drawing"):
+        ledger.charge_draw("a", 1, "US/USA/1/stage-1")
+    ledger.start_drawing("a", 1)
+    with pytest.raises(DrawRefused, match="without being charged"):
+        ledger.record_draw("a", 1, "US/USA/1/stage-1", "d" * 64, 5, "x.npy")
+    ledger.charge_draw("a", 1, "US/USA/1/stage-1")
+    first = ledger.record_draw("a", 1, "US/USA/1/stage-1", "d" * 64, 5, "x.npy")
+    # A second process that drew the same measurement finds the first record standing.
+    assert ledger.record_draw("a", 1, "US/USA/1/stage-1", "e" * 64, 5, "y.npy") == first
+    ledger.open_run(opening("a"))  # a Retry: attempt 2 takes over
+    with pytest.raises(DrawRefused, match="superseded by attempt 2"):
+        ledger.charge_draw("a", 1, "US/USA/1/stage-2")
+    assert ledger.draws("a")["US/USA/1/stage-1"].file == "x.npy"
+
+
+# --- tamper evidence --------------------------------------------------------------------------
+
+
+def _sqlite(store: LedgerStore) -> sqlite3.Connection:
+    assert store.path is not None
+    return sqlite3.connect(store.path, isolation_level=None)
+
+
+def _spent_ledger(ledger: PrivacyLedger) -> str:
+    data = ledger.dataset_id("f" * 64)
+    approve(ledger, data)
+    ledger.open_run(opening("a"))
+    ledger.authorize("a", data, production=True)
+    return data
+
+
+def test_an_edited_or_deleted_entry_breaks_the_chain_and_the_ledger_is_refused(
+    store: LedgerStore, ledger: PrivacyLedger
+) -> None:
+    _spent_ledger(ledger)
+    assert ledger.verify() == []
+    with _sqlite(store) as db:  # the spend rewritten to a tenth of itself
+        db.execute(
+            "UPDATE das_ledger_entries SET payload = replace(payload, '618/125', '309/625') "
+            "WHERE kind = 'spend-authorized'"
+        )
+    assert any("altered" in problem for problem in ledger.verify())
+    with pytest.raises(LedgerRefused, match="fails its integrity check"):
+        ledger.require_intact()
+
+
+def test_a_deleted_middle_entry_or_a_replaced_key_is_found(
+    store: LedgerStore, ledger: PrivacyLedger
+) -> None:
+    _spent_ledger(ledger)
+    with _sqlite(store) as db:
+        db.execute("DELETE FROM das_ledger_entries WHERE kind = 'approval'")
+    assert any("missing" in problem for problem in ledger.verify())
+    with _sqlite(store) as db:
+        db.execute("UPDATE das_ledger_key SET key = 'forged'")
+    assert any("key does not match" in problem for problem in ledger.verify())
+
+
+def test_a_ledger_cut_back_to_before_a_release_is_refused_by_the_releases_anchor(
+    tmp_path: Path, store: LedgerStore, ledger: PrivacyLedger
+) -> None:
+    """A chain whose tail was cut is still a chain: the releases beside the output carry the
+    heads they were published at, and those must be in the ledger."""
+    import json
+
+    _spent_ledger(ledger)
+    info = ledger.info()
+    published = tmp_path / "releases" / "earlier"
+    published.mkdir(parents=True)
+    (published / "MANIFEST.json").write_text(json.dumps({"run_id": "a", "ledger": info.head()}))
+    output = tmp_path / "releases" / "next"
+    assert release_anchor_problems(ledger, info, output) == []
+    with _sqlite(store) as db:
+        db.execute("DELETE FROM das_ledger_entries WHERE seq > 1")
+    assert ledger.verify() == []  # what is left is a valid chain ...
+    problems = release_anchor_problems(ledger, ledger.info(), output)
+    assert problems and "cut or rewritten" in problems[0]  # ... but not the releases' ledger
+    other = PrivacyLedger.initialize(LedgerStore.in_directory(tmp_path / "swapped"))
+    problems = release_anchor_problems(other, other.info(), output)
+    assert "was recorded in ledger" in problems[0]
+
+
+# --- concurrency ------------------------------------------------------------------------------
+
+
+def _authorize_in_process(url: str, run_id: str, start, results) -> None:
+    ledger = PrivacyLedger(LedgerStore(url))
+    data = ledger.dataset_id("f" * 64)
+    ledger.open_run(opening(run_id))
+    start.wait()
+    try:
+        ledger.authorize(run_id, data, production=True)
+        results.put((run_id, "authorized"))
+    except RunRefused:
+        results.put((run_id, "refused"))
+
+
+def test_two_processes_authorizing_at_once_use_one_approval_once(
+    store: LedgerStore, ledger: PrivacyLedger
+) -> None:
+    approve(ledger, ledger.dataset_id("f" * 64))
+    context = multiprocessing.get_context("spawn")
+    start, results = context.Barrier(2), context.Queue()
+    workers = [
+        context.Process(target=_authorize_in_process, args=(store.url, name, start, results))
+        for name in ("one", "two")
+    ]
+    for worker in workers:
+        worker.start()
+    for worker in workers:
+        worker.join(60)
+    outcomes = sorted(results.get(timeout=5)[1] for _ in workers)
+    assert outcomes == ["authorized", "refused"]
+    assert ledger.verify() == []
