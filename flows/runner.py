@@ -69,6 +69,10 @@ class EagerDaskTaskRunner(DaskTaskRunner):
         super().__exit__(*args)
 
 
+DASK_HOST_ENV = "DAS_DASK_HOST"  # where a run's own local cluster listens (default loopback)
+DASK_DASHBOARD_ENV = "DAS_DASK_DASHBOARD"  # its dashboard: "HOST:PORT", or "" for none
+
+
 def task_runner_from_env(workers: int = 2) -> TaskRunner:
     """The Dask task runner (started with the flow run: :class:`EagerDaskTaskRunner`):
     ``DAS_DASK_ADDRESS`` when set, else a local cluster.
@@ -91,7 +95,10 @@ def task_runner_from_env(workers: int = 2) -> TaskRunner:
         "n_workers": workers if processes else 1,
         "threads_per_worker": 1 if processes else workers,
         "processes": processes,
-        "dashboard_address": ":0",
+        # Nothing listens beyond loopback unless the operator says so: the dashboard has no
+        # login, and the scheduler takes work from anyone who reaches it.
+        "host": os.environ.get(DASK_HOST_ENV, "127.0.0.1"),
+        "dashboard_address": os.environ.get(DASK_DASHBOARD_ENV, "127.0.0.1:0"),
     }
     if processes:
         # Dask's default: the machine's memory shared between the workers. A worker holds the

@@ -18,6 +18,7 @@ from typing import Any  # noqa: E402
 
 from prefect import flow, get_run_logger  # noqa: E402
 
+from das.cli.validate import record_in_ledger  # noqa: E402
 from das.validation import ValidationFailed, default_report_dir  # noqa: E402
 from tasks.common import validate_inputs  # noqa: E402
 from tasks.validate import publish_validation_artifacts  # noqa: E402
@@ -41,8 +42,12 @@ def validate_flow(
     config_path = Path(config).resolve()
     data_dir = Path(data).resolve()
     report_dir = Path(report).resolve() if report else default_report_dir(data_dir)
-    summary = validate_inputs(product, str(config_path), str(data_dir), str(report_dir))
+    outcome = validate_inputs(product, str(config_path), str(data_dir), str(report_dir))
+    summary = outcome.summary
     publish_validation_artifacts(product, label, summary)
+    recorded = record_in_ledger(product, config_path, outcome)
+    if recorded:
+        get_run_logger().info(recorded)
     get_run_logger().info("%s inputs (%s): report in %s", product, label, report_dir)
     if not summary["ok"]:
         raise ValidationFailed(

@@ -28,6 +28,7 @@ from prefect.context import FlowRunContext  # noqa: E402
 from prefect.settings import PREFECT_API_URL  # noqa: E402
 from prefect_dask import DaskTaskRunner  # noqa: E402
 
+from das.runs.ledger import PrivacyLedger  # noqa: E402
 from das.runs.policy import RunRefused  # noqa: E402
 from das.runs.shared_storage import SharedView  # noqa: E402
 
@@ -36,9 +37,10 @@ API_TIMEOUT_SECONDS = 10.0
 # What a worker must import to run the tasks (and the flow's context, pickled by reference).
 MODULES = ("tasks.safetab_p", "tasks.phsafe", "flows.safetab_p", "flows.phsafe")
 SHARED = (
-    "every worker must see the inputs (config, spec files, records) and OUT.das at the same "
-    "paths on a shared file system, run this checkout with its virtualenv, and reach the "
-    "flow's Prefect API (README: Running on an existing Dask cluster)"
+    "every worker must see the input records and OUT.das at the same paths on a shared file "
+    "system, open the same privacy ledger (DAS_LEDGER_DIR on shared storage, or "
+    "DAS_LEDGER_URL), run this checkout with its virtualenv, and reach the flow's Prefect API "
+    "(README: Running on an existing Dask cluster)"
 )
 
 
@@ -79,9 +81,12 @@ def worker_problems(view: SharedView, api_url: str, modules: tuple[str, ...]) ->
     return problems
 
 
-def check_cluster_shares_run(files: Mapping[str, Path], run_root: Path) -> None:
+def check_cluster_shares_run(
+    files: Mapping[str, Path], run_root: Path, ledger: PrivacyLedger | None = None
+) -> None:
     """Refuse (:class:`ClusterNotShared`) unless every worker of the run's existing Dask
-    cluster sees ``files`` and ``run_root`` as this process does; no-op without one."""
+    cluster sees ``files``, ``run_root`` and the privacy ledger as this process does; no-op
+    without one."""
     runner = existing_cluster()
     if runner is None:
         return
@@ -108,7 +113,7 @@ def check_cluster_shares_run(files: Mapping[str, Path], run_root: Path) -> None:
     # file as a module of its own could not be unpickled there; deploy/das_entrypoints.py).
     flow = FlowRunContext.get().flow
     modules = (*MODULES, flow.fn.__module__) if flow is not None else MODULES
-    view = SharedView.of_run(files, run_root)
+    view = SharedView.of_run(files, run_root, ledger)
     answers = client.run(worker_problems, view, api_url, modules, on_error="return")
     workers = client.scheduler_info()["workers"]
     lines = []

@@ -29,12 +29,10 @@ from prefect.artifacts import (  # noqa: E402
 )
 from prefect.cache_policies import NO_CACHE  # noqa: E402
 
-from das.io.fingerprint import combine_fingerprints  # noqa: E402
 from das.privacy.accounting import Measurement, PrivacyAccountant, compose, summarize  # noqa: E402
 from das.privacy.report import measurement_row  # noqa: E402
 from das.runs.audit import AuditRecorder, audit_markdown, md_escape  # noqa: E402
 from das.runs.folder import RunFolder  # noqa: E402
-from das.runs.ledger import PrivacyLedger  # noqa: E402
 from das.runs.steps import RunSteps  # noqa: E402
 from das.validation.report import ValidationFailed  # noqa: E402
 
@@ -234,24 +232,6 @@ def validate_inputs(
     return ValidationOutcome(summary, dict(getattr(report, "fingerprints", None) or {}))
 
 
-def record_validation(
-    ledger: PrivacyLedger,
-    product: str,
-    confidential: list[str],
-    outcome: ValidationOutcome,
-    config_sha256: str,
-    run_id: str | None = None,
-) -> str | None:
-    """The verdict in the privacy ledger, under the dataset id of the records validated (none
-    when a file could not be read whole); the dataset id."""
-    prints = outcome.fingerprints
-    dataset = None
-    if confidential and all(name in prints for name in confidential):
-        dataset = ledger.dataset_id(combine_fingerprints({n: prints[n] for n in confidential}))
-    ledger.record_validation(product, dataset, config_sha256, outcome.summary, run_id)
-    return dataset
-
-
 def validation_gate(run: ReleaseRun) -> None:
     """Validate the inputs — the run folder's sealed copy of the parameters and the records —
     (or record that the operator skipped it); raise :class:`ValidationFailed` before any noise
@@ -276,9 +256,9 @@ def validation_gate(run: ReleaseRun) -> None:
         run.sealed.check_copy(folder.root)
         summary = outcome.summary
         audit.update(validation=summary)
-        record_validation(
-            run.ledger, run.product, sorted(run.inputs.confidential), outcome,
-            run.sealed.sha256("config.json"), run.run_id,
+        run.ledger.record_validation_of(
+            run.product, run.inputs.confidential, outcome.fingerprints,
+            run.sealed.sha256("config.json"), summary, run.run_id,
         )  # fmt: skip
         if not summary["ok"]:
             raise ValidationFailed(

@@ -449,7 +449,7 @@ def release_run(request: RunRequest, inputs: RunInputs, parse: Parse) -> Iterato
             )  # fmt: skip
             try:
                 # Tasks on an existing Dask cluster read the records and the run folder by path.
-                check_cluster_shares_run(inputs.records(), folder.root)
+                check_cluster_shares_run(inputs.records(), folder.root, ledger)
                 yield run
                 if run.published is None:
                     raise RuntimeError("the flow ended without publishing its release")

@@ -5,10 +5,14 @@ engine never imports Prefect):
 
 1. the Prefect variables the deployments read their paths from (``das_checkout``, ``das_root``,
    ``das_ledger_dir``) are set from ``--checkout``/``--root``/``--ledger`` when given, and must
-   exist otherwise;
+   exist otherwise; the privacy ledger there must be initialized (``das ledger init``: a
+   deployment never creates one), and its id becomes ``das_ledger_id``, which every run checks
+   (``DAS_LEDGER_ID``: a ledger swapped at that path is refused);
 2. ``--local`` is the profile that runs from this checkout: the checkout is this one, the root
-   ``.das-local/`` inside it (``--root`` to change), the ledger ``<root>/ledger``, and small
-   synthetic inputs are written in the root's layout when absent;
+   ``.das-local/`` inside it (``--root`` to change), the ledger ``<root>/ledger`` (created when
+   absent), and small synthetic inputs are written in the root's layout when absent, with one
+   approval in the ledger for the first release of each product (later ones pause for an
+   approval in the UI, as in production);
 3. the process work pool the deployments name (``das-enclave``) is created when missing;
 4. ``prefect deploy --prefect-file deploy/prefect.yaml --all`` registers the deployments.
 
@@ -42,6 +46,12 @@ VARIABLES = {
     "das_root": "the folder of inputs and outputs (layout in deploy/prefect.yaml)",
     "das_ledger_dir": "the privacy ledger folder (DAS_LEDGER_DIR)",
 }
+# The local profile's release deployments: product, config and input folder under the root.
+LOCAL_RELEASES = (
+    ("safetab-p", "safetab-p/params/config.json", "safetab-p/input"),
+    ("phsafe", "phsafe/us/config.json", "phsafe/us/input"),
+    ("phsafe", "phsafe/pr/config.json", "phsafe/pr/input"),
+)
 
 
 def register(subparsers: argparse._SubParsersAction) -> None:
@@ -139,6 +149,48 @@ def local_phsafe_config(pass_name: str) -> dict:
     return config
 
 
+def ledger_id(directory: Path, local: bool) -> str:
+    """The id of the initialized ledger in ``directory`` (the local profile creates it);
+    :class:`LedgerNotReady` otherwise."""
+    from das.runs.ledger import LedgerStore, PrivacyLedger
+    from das.runs.policy import RunRefused
+
+    store = LedgerStore.in_directory(directory)
+    try:
+        if local and store.file_state() == "absent":
+            info = PrivacyLedger.initialize(store).info()
+            print(f"das deploy: created the local privacy ledger {info.ledger_id} at "
+                  f"{info.location}", flush=True)  # fmt: skip
+            return info.ledger_id
+        return PrivacyLedger(store).require_intact().ledger_id
+    except RunRefused as exc:
+        raise LedgerNotReady(
+            f"{exc}. Create it first: das ledger init --ledger {directory}"
+        ) from None
+
+
+def approve_local_releases(root: Path, directory: Path) -> None:
+    """One approval per release deployment of the local profile, unless one is open: the
+    first run of each spends without a pause; a second pauses for a decision in the UI."""
+    from das.cli import main
+    from das.runs.ledger import LedgerStore, PrivacyLedger
+    from das.runs.seal import seal_files
+
+    ledger = PrivacyLedger(LedgerStore.in_directory(directory))
+    for product, config, data in LOCAL_RELEASES:
+        config_sha = seal_files({"config.json": root / config}).sha256("config.json")
+        if ledger.has_open_approval(product, config_sha):
+            continue
+        argv = ["ledger", "approve", "--ledger", str(directory), "--product", product,
+                "--config", str(root / config), "--data", str(root / data),
+                "--note", "das deploy --local: first release of the local inputs"]  # fmt: skip
+        _checked(main(argv))
+
+
+class LedgerNotReady(RuntimeError):
+    """The deployments' privacy ledger is missing, uninitialized or broken."""
+
+
 class LocalInputsFailed(RuntimeError):
     """A `das synth` step of the local profile failed (it printed why)."""
 
@@ -175,7 +227,9 @@ def deploy_command(args: argparse.Namespace) -> int:
         print(f"das deploy: local profile, inputs and outputs under {root}", flush=True)
         try:
             prepare_local_inputs(root)
-        except LocalInputsFailed as exc:
+            ledger_id(Path(values["das_ledger_dir"]), local=True)
+            approve_local_releases(root, Path(values["das_ledger_dir"]))
+        except (LocalInputsFailed, LedgerNotReady) as exc:
             print(f"das deploy: error: {exc}", file=sys.stderr)
             return EXIT_FAILED
     for name, value in values.items():
@@ -190,6 +244,22 @@ def deploy_command(args: argparse.Namespace) -> int:
                 file=sys.stderr,
             )
             return EXIT_USAGE
+    if values["das_ledger_dir"] is not None:
+        try:
+            identity = ledger_id(Path(values["das_ledger_dir"]), local=args.local)
+        except LedgerNotReady as exc:
+            print(f"das deploy: error: {exc}", file=sys.stderr)
+            return EXIT_USAGE
+        if set_variable("das_ledger_id", identity) != 0:
+            print("das deploy: error: could not set variable das_ledger_id", file=sys.stderr)
+            return EXIT_FAILED
+    elif not variable_exists("das_ledger_id"):
+        print(
+            "das deploy: error: Prefect variable das_ledger_id is not set: pass --ledger DIR "
+            "(the initialized privacy ledger) once",
+            file=sys.stderr,
+        )
+        return EXIT_USAGE
     if prefect("work-pool", "inspect", WORK_POOL, quiet=True) != 0:
         code = prefect("work-pool", "create", WORK_POOL, "--type", "process")
         if code != 0:

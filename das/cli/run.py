@@ -1,5 +1,6 @@
 """`das run {safetab-p|phsafe} --config FILE --data DIR --output DIR [--seed N] [--run-id ID]
-[--skip-validation] [--cumulative-total PASS=TOTAL] [--replace-release] [--ledger DIR]`: run the product's Prefect
+[--skip-validation] [--cumulative-total PASS=TOTAL] [--replace-release]
+[--ledger DIR]`: run the product's Prefect
 flow in process and publish its release (SafeTab-P: t1/, t2/; PHSafe: one folder per noisy table
 and per estimates table; audit.json and MANIFEST.json) into OUT, whole or not at all.
 

@@ -16,6 +16,9 @@ from das.runs.seal import CONFIG, SealedParameters
 from das.runs.start import RunInputs, RunPlan, found_inputs
 from das.specs.config import ConfigError, PHSafeConfig, load_phsafe_config
 
+# The confidential records (all three key the privacy ledger).
+CONFIDENTIAL = tuple(spec.name for spec in PHSAFE_INPUTS)
+
 
 @dataclass(frozen=True)
 class PHSafeParameters:

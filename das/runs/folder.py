@@ -6,7 +6,7 @@ Layout, for ``--output OUT``::
     OUT.das/
         lock                        held (flock) by the one run writing OUT
         runs/<run-id>/
-            sealed/<digest>/        the run's parameters, frozen at its start (validation reads them)
+            sealed/<digest>/        the run's parameters frozen at its start (validation reads them)
             lease                   the token of the attempt that owns the run now
             noise/<measurement>.<token>.npy  one int64 noise vector per measurement drawn; the
                                     privacy ledger records which file and its digest

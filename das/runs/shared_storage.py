@@ -13,7 +13,9 @@ worker, lists what that worker sees differently:
   hash of tens of GB per worker);
 - the run folder is the same folder: the flow writes a random token into it and the worker
   must read it back, then create and delete a file there (it must be writable);
-- the same code (:func:`das.runs.audit.code_version`) and package versions run there.
+- the same code (:func:`das.runs.audit.code_version`) and package versions run there;
+- the privacy ledger opens there and is the same ledger (its id): every draw is charged and
+  recorded in it by the process that draws.
 
 Problems name files and paths only, never sizes or digests: the size of a record file is a
 statistic of the confidential data.
@@ -31,6 +33,8 @@ from pathlib import Path
 
 from das.io.atomic import atomic_write_text
 from das.runs.audit import code_version, package_versions
+from das.runs.ledger import LedgerUnavailable, PrivacyLedger
+from das.runs.policy import RunRefused
 
 SAMPLE_BYTES = 1 << 20
 TOKEN_FILE = "shared-view"
@@ -81,9 +85,16 @@ class SharedView:
     token: str
     code_version: str
     packages: dict[str, str | None] = field(default_factory=dict)
+    ledger: PrivacyLedger | None = None
+    ledger_id: str | None = None
 
     @classmethod
-    def of_run(cls, files: Mapping[str, str | Path], run_root: str | Path) -> SharedView:
+    def of_run(
+        cls,
+        files: Mapping[str, str | Path],
+        run_root: str | Path,
+        ledger: PrivacyLedger | None = None,
+    ) -> SharedView:
         """Fingerprint ``files`` and write a fresh token into ``run_root`` (which must exist)."""
         token = secrets.token_hex(16)
         atomic_write_text(Path(run_root) / TOKEN_FILE, token + "\n")
@@ -93,6 +104,8 @@ class SharedView:
             token=token,
             code_version=code_version(),
             packages=package_versions(),
+            ledger=ledger,
+            ledger_id=None if ledger is None else ledger.info().ledger_id,
         )
 
     def problems(self) -> list[str]:
@@ -108,7 +121,19 @@ class SharedView:
             for name, version in self.packages.items()
             if versions[name] != version
         ]
+        found += self._ledger_problems()
         return found
+
+    def _ledger_problems(self) -> list[str]:
+        if self.ledger is None:
+            return []
+        try:
+            seen = self.ledger.info().ledger_id
+        except (RunRefused, LedgerUnavailable) as exc:
+            return [f"cannot open the privacy ledger at {self.ledger.location}: {exc}"]
+        if seen != self.ledger_id:
+            return [f"the privacy ledger at {self.ledger.location} is another ledger ({seen})"]
+        return []
 
     def _run_folder_problems(self) -> list[str]:
         root = Path(self.run_root)

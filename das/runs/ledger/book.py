@@ -857,6 +857,26 @@ class PrivacyLedger:
         with self.store.transaction(write=True) as db:
             db.append("validation", detail, run_id=run_id, dataset=dataset)
 
+    def record_validation_of(
+        self,
+        product: str,
+        confidential: Iterable[str],
+        fingerprints: Mapping[str, str],
+        config_sha256: str,
+        summary: Mapping[str, Any],
+        run_id: str | None = None,
+    ) -> str | None:
+        """:meth:`record_validation` under the dataset id of the records validated (none when a
+        confidential file was not read whole); the dataset id."""
+        from das.io.fingerprint import combine_fingerprints
+
+        names = sorted(confidential)
+        dataset = None
+        if names and all(name in fingerprints for name in names):
+            dataset = self.dataset_id(combine_fingerprints({n: fingerprints[n] for n in names}))
+        self.record_validation(product, dataset, config_sha256, summary, run_id)
+        return dataset
+
     def passing_validation(self, product: str, dataset: str, config_sha256: str) -> bool:
         """Whether the latest validation of these records under this config passed."""
         with self.store.transaction() as db:
