@@ -25,11 +25,13 @@ configure_offline()
 
 from typing import Any  # noqa: E402
 
-from prefect import flow  # noqa: E402
+from prefect import State, flow  # noqa: E402
 
 from das.phsafe.parameters import parse_parameters, run_inputs  # noqa: E402
 from das.postprocess.phsafe import estimates_diagnostics  # noqa: E402
 from das.privacy.accounting import summarize  # noqa: E402
+from das.runs.policy import RunRefused  # noqa: E402
+from das.runs.start import RunInputs  # noqa: E402
 from flows.runner import task_runner_from_env  # noqa: E402
 from tasks.common import input_path, record_draws, run_once, validation_gate  # noqa: E402
 from tasks.phsafe import (  # noqa: E402
@@ -41,7 +43,14 @@ from tasks.phsafe import (  # noqa: E402
     spill_records,
     write_outputs,
 )
-from tasks.run_context import RunRequest, release_run, resolve_path  # noqa: E402
+from tasks.refusal import refused  # noqa: E402
+from tasks.run_context import (  # noqa: E402
+    RunRequest,
+    flow_run_id,
+    release_run,
+    request_context,
+    resolve_path,
+)
 
 PRODUCT = "phsafe"
 DEFAULT_DELTA = 1e-10
@@ -67,8 +76,9 @@ def phsafe_flow(
     cumulative_total: dict[str, str] | None = None,
     replace_release: bool = False,
     started_from: str = "python",
-) -> dict[str, Any]:
-    """Run PHSafe on ``data`` with ``config`` into ``output``; returns the audit record.
+) -> dict[str, Any] | State:
+    """Run PHSafe on ``data`` with ``config`` into ``output``; returns the audit record, or ends
+    in the state Refused (nothing drawn, the next step in its artifact and message).
 
     ``credible_interval``: ``"equal-tailed"`` (default) or ``"hpd"`` (shortest; calibrated
     near zero) for the count tables' 90% intervals (:mod:`das.postprocess.counts`).
@@ -77,7 +87,7 @@ def phsafe_flow(
     the privacy ledger). ``replace_release``: move an existing release of another run aside
     (recorded). ``started_from``: ``cli`` when `das run` calls it.
 
-    Raises ``RunRefused`` (nothing drawn) or ``ValidationFailed`` (before any noise is drawn).
+    Raises ``ValidationFailed`` (invalid inputs: before any noise is drawn).
     """
     config_path, data_dir = resolve_path(config), resolve_path(data)
     request = RunRequest(
@@ -99,7 +109,17 @@ def phsafe_flow(
         config_path=config_path,
         data_dir=data_dir,
     )
-    inputs = run_inputs(config_path, data_dir)
+    try:
+        return _release(request, run_inputs(config_path, data_dir), delta, credible_interval)
+    except RunRefused as refusal:
+        return refused(PRODUCT, refusal, request_context(request), request.run_id or flow_run_id())
+
+
+def _release(
+    request: RunRequest, inputs: RunInputs, delta: float, credible_interval: str
+) -> dict[str, Any]:
+    """The run itself (see the module docstring); the audit record."""
+    seed = request.seed
     with release_run(request, inputs, parse_parameters) as run:
         folder, audit, steps = run.folder, run.audit, run.steps
         validation_gate(run)

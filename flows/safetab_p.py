@@ -26,13 +26,22 @@ configure_offline()
 
 from typing import Any  # noqa: E402
 
-from prefect import flow  # noqa: E402
+from prefect import State, flow  # noqa: E402
 
 from das.privacy.accounting import PrivacyAccountant, summarize  # noqa: E402
+from das.runs.policy import RunRefused  # noqa: E402
+from das.runs.start import RunInputs  # noqa: E402
 from das.safetab_p.parameters import parse_parameters, run_inputs  # noqa: E402
 from flows.runner import task_runner_from_env  # noqa: E402
 from tasks.common import input_path, record_draws, run_once, validation_gate  # noqa: E402
-from tasks.run_context import RunRequest, release_run, resolve_path  # noqa: E402
+from tasks.refusal import refused  # noqa: E402
+from tasks.run_context import (  # noqa: E402
+    RunRequest,
+    flow_run_id,
+    release_run,
+    request_context,
+    resolve_path,
+)
 from tasks.safetab_p import (  # noqa: E402
     SafeTabPJob,
     combine_cells_task,
@@ -74,8 +83,9 @@ def safetab_p_flow(
     cumulative_total: dict[str, str] | None = None,
     replace_release: bool = False,
     started_from: str = "python",
-) -> dict[str, Any]:
-    """Run SafeTab-P on ``data`` with ``config`` into ``output``; returns the audit record.
+) -> dict[str, Any] | State:
+    """Run SafeTab-P on ``data`` with ``config`` into ``output``; returns the audit record, or
+    ends in the state Refused (nothing drawn, the next step in its artifact and message).
 
     ``coterminous``: a reviewed ``coterminous-geographies.txt`` (``das coterminous derive``);
     without it the sets are derived from the GRF-C in the run. ``cumulative_total``: pass →
@@ -84,7 +94,7 @@ def safetab_p_flow(
     ``replace_release``: move an existing release of another run aside (recorded).
     ``started_from``: ``cli`` when `das run` calls it (refusals then name its flags).
 
-    Raises ``RunRefused`` (nothing drawn) or ``ValidationFailed`` (before any noise is drawn).
+    Raises ``ValidationFailed`` (invalid inputs: before any noise is drawn).
     """
     config_path, data_dir = resolve_path(config), resolve_path(data)
     coterminous_path = resolve_path(coterminous) if coterminous else None
@@ -107,7 +117,15 @@ def safetab_p_flow(
         config_path=config_path,
         data_dir=data_dir,
     )
-    inputs = run_inputs(config_path, data_dir, coterminous_path)
+    try:
+        return _release(request, run_inputs(config_path, data_dir, coterminous_path), delta)
+    except RunRefused as refusal:
+        return refused(PRODUCT, refusal, request_context(request), request.run_id or flow_run_id())
+
+
+def _release(request: RunRequest, inputs: RunInputs, delta: float) -> dict[str, Any]:
+    """The run itself (see the module docstring); the audit record."""
+    seed = request.seed
     with release_run(request, inputs, parse_parameters) as run:
         folder, audit, steps = run.folder, run.audit, run.steps
         validation_gate(run)

@@ -81,8 +81,10 @@ __all__ = [
     "ReleaseRun",
     "RunInputs",
     "RunRequest",
+    "flow_run_id",
     "release_folder",
     "release_run",
+    "request_context",
     "resolve_path",
 ]
 
@@ -119,6 +121,11 @@ def started_by_deployment() -> bool:
     from prefect.runtime import deployment
 
     return bool(deployment.id)
+
+
+def request_context(request: RunRequest) -> str:
+    """Where the run was started: a deployment, `das run`, or a Python call."""
+    return "deployment" if started_by_deployment() else request.context
 
 
 def parse_cumulative(
@@ -205,7 +212,7 @@ class ReleaseRun:
 
     @property
     def context(self) -> str:
-        return "deployment" if started_by_deployment() else self.request.context
+        return request_context(self.request)
 
     def records_changed(self, message: str) -> RecordsChanged:
         self.ledger.release_reservation(self.run_id, "records changed")
@@ -394,12 +401,9 @@ def release_run(request: RunRequest, inputs: RunInputs, parse: Parse) -> Iterato
         state = ledger.open_run(check.opening(request, flow_run_id()))
         stager = ReleaseStager(folder, replace=request.replace_release)
         stager.check_target()
-    except RunRefused as exc:
+    except RunRefused:
         lock.release()
         _remove_if_unused(folder, created_work)
-        ledger.record_event(
-            "refused", {"product": request.product, "reason": str(exc)}, None, run_id
-        )
         raise
     except BaseException:
         lock.release()

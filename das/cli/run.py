@@ -199,7 +199,6 @@ def _preflight(args: argparse.Namespace, parameters: dict[str, Any]) -> str | No
 def run_command(args: argparse.Namespace) -> int:
     """Check the arguments, run the flow, say what happened; the exit code."""
     from das.runs.folder import RunFolder, check_run_id
-    from das.runs.policy import RunRefused
 
     config, data, output = args.config, args.data, args.output  # absolute (resolved_path)
     if not config.is_file():
@@ -257,6 +256,9 @@ def run_command(args: argparse.Namespace) -> int:
     run_id = args.run_id or str(state.state_details.flow_run_id)
     output = Path(str(output).replace("{run_id}", run_id))
     folder = RunFolder(output, run_id)
+    if state.name == "Refused":
+        print(f"das run {product}: REFUSED — {state.message}", file=sys.stderr)
+        return EXIT_USAGE
     if state.is_completed():
         record = state.result()
         banner = ", ".join(record.get("markers") or [])
@@ -265,9 +267,6 @@ def run_command(args: argparse.Namespace) -> int:
               f"({(record.get('release') or {}).get('state')})")  # fmt: skip
         return EXIT_OK
     exc = state.result(raise_on_failure=False)
-    if isinstance(exc, RunRefused):
-        print(f"das run {product}: REFUSED — {exc.explained('cli')}", file=sys.stderr)
-        return EXIT_USAGE
     if isinstance(exc, ValidationFailed):
         print(f"das run {product}: NOT RUN — {exc}", file=sys.stderr)
         return EXIT_FAILED

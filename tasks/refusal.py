@@ -1,0 +1,71 @@
+"""A refused run is a state of its own: told apart from a failure at a glance, with no traceback.
+
+A refusal (:class:`das.runs.policy.RunRefused`: the production policy, the privacy ledger, an
+approval missing, a run id bound elsewhere, a live run or a release in the output...) means
+*nothing was drawn* and the operator has a next step. The product flows end such a run in the
+state **Refused** — Prefect's *Cancelled* type, grey in the run list (red is a failure, orange
+a crash), not counted among failed runs, and retryable from its page once the cause is fixed —
+with a Markdown artifact that says what was refused, why, that nothing was drawn, and the next
+step in the syntax of where the run was started (a ``das run`` flag, a deployment parameter, or
+the ``das ledger approve`` command). The refusal is also kept in the privacy ledger's trail
+when the ledger could be opened.
+"""
+
+from __future__ import annotations
+
+from das.offline import configure_offline
+
+configure_offline()
+
+from prefect import get_run_logger  # noqa: E402
+from prefect.artifacts import create_markdown_artifact  # noqa: E402
+from prefect.client.schemas.objects import State  # noqa: E402
+from prefect.states import Cancelled  # noqa: E402
+
+from das.runs.audit import md_escape  # noqa: E402
+from das.runs.ledger import LedgerUnavailable, open_ledger  # noqa: E402
+from das.runs.policy import RunRefused  # noqa: E402
+from tasks.common import artifact_key  # noqa: E402
+
+REFUSED = "Refused"
+WHERE = {
+    "cli": "`das run` (a command-line flag)",
+    "deployment": "a deployment (a parameter of a custom run, or the ledger)",
+    "python": "a Python call of the flow (a keyword argument)",
+}
+
+
+def refusal_markdown(product: str, refusal: RunRefused, context: str, run_id: str | None) -> str:
+    """What was refused, why, that nothing was drawn, and what to do (no data values)."""
+    step = None if refusal.remedy is None else refusal.remedy.for_context(context)
+    lines = [
+        f"# {md_escape(product)} run {md_escape(run_id or '')}: REFUSED",
+        "",
+        "**Nothing was drawn**: no privacy budget was spent by this run, and no release was "
+        "written.",
+        "",
+        "| | |",
+        "|---|---|",
+        f"| why | {md_escape(refusal)} |",
+        f"| started from | {WHERE.get(context, context)} |",
+        f"| next step | {md_escape(step) if step else 'fix the cause above, then run again'} |",
+        "",
+    ]
+    return "\n".join(lines)
+
+
+def refused(product: str, refusal: RunRefused, context: str, run_id: str | None) -> State:
+    """The flow run's final state for ``refusal``, with its artifact and the ledger's trail."""
+    text = refusal.explained(context)
+    get_run_logger().warning("%s run refused: %s", product, text)
+    create_markdown_artifact(
+        markdown=refusal_markdown(product, refusal, context, run_id),
+        key=artifact_key(product, "refused"),
+        description=f"{product}: run refused; nothing was drawn",
+    )
+    try:
+        ledger = open_ledger().ledger
+        ledger.record_event("refused", {"product": product, "reason": str(refusal)}, None, run_id)
+    except (RunRefused, LedgerUnavailable):
+        pass  # the ledger itself is what was refused: nothing to record it in
+    return Cancelled(name=REFUSED, message=text)
