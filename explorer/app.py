@@ -9,8 +9,10 @@ explorer (which reads parameter folders and writes synthetic populations on this
 
 from __future__ import annotations
 
-import json
+import logging
+import math
 import secrets
+from collections.abc import Callable
 from importlib import resources
 from pathlib import Path
 from typing import Annotated, Any
@@ -18,17 +20,28 @@ from typing import Annotated, Any
 from fastapi import Body, FastAPI, Request
 from fastapi.responses import FileResponse, HTMLResponse, JSONResponse, Response
 
-from das.resources import demo_specs
 from das.specs.config import ConfigError
-from das.synth import generate_phsafe, generate_safetab_p
-from explorer import params, phsafe, safetab, simulate
+from explorer import params, phsafe, populations, safetab, simulate
 from explorer.compare import compare
 
 STATIC = Path(__file__).resolve().parent / "static"
 LOOPBACK_HOSTS = frozenset({"127.0.0.1", "localhost", "testserver"})
-MAX_SYNTH_PERSONS = 5_000_000
-DEFAULT_SPECS = demo_specs("safetab_p")
+MAX_REPLICATES = 100
 JsonBody = Annotated[dict[str, Any], Body()]
+# What parameters the engine cannot evaluate raise: answered 422 with the message, never 500.
+# ConfigError and ParameterError are ValueErrors; budgets far out of range overflow or divide
+# by zero; a request of the wrong shape gives Key/Type/Attribute/IndexError; a path, OSError.
+UNUSABLE_PARAMETERS = (
+    ConfigError,
+    ValueError,
+    ArithmeticError,
+    KeyError,
+    TypeError,
+    AttributeError,
+    IndexError,
+    OSError,
+)
+LOG = logging.getLogger("explorer")
 
 
 def plotly_js() -> Path:
@@ -43,6 +56,69 @@ def _error(exc: Exception, status: int = 422) -> JSONResponse:
 def _host_name(request: Request) -> str:
     host = request.headers.get("host", "")
     return host.rsplit(":", 1)[0] if not host.startswith("[") else host.split("]")[0] + "]"
+
+
+def guarded(work: Callable[[], Any]) -> Response:
+    """Run an endpoint's work and render its JSON; parameters it cannot use give 422 with a
+    readable message (rendering is inside, so a figure JSON cannot hold is caught too)."""
+    try:
+        result = work()
+        if isinstance(result, Response):
+            return result
+        return JSONResponse(params.to_transport(result))
+    except UNUSABLE_PARAMETERS as exc:
+        if not isinstance(exc, params.ParameterError | ConfigError):
+            LOG.info("parameters refused: %s: %s", type(exc).__name__, exc)
+        return _error(exc)
+
+
+def field(body: dict[str, Any], name: str) -> Any:
+    """A required field of a request body."""
+    if not isinstance(body, dict) or name not in body:
+        raise params.ParameterError(f"the request has no {name!r}")
+    return body[name]
+
+
+def delta_of(body: dict[str, Any]) -> float:
+    """The δ of the (ε, δ) conversions, strictly between 0 and 1."""
+    value = body.get("delta", 1e-10)
+    try:
+        delta = float(value)
+    except (TypeError, ValueError):
+        raise params.ParameterError(f"δ must be a number, got {value!r}") from None
+    if not 0 < delta < 1:
+        raise params.ParameterError(f"δ must be strictly between 0 and 1, got {value!r}")
+    return delta
+
+
+def decimals_of(body: dict[str, Any]) -> int | None:
+    """Decimals solved budgets are rounded to: a whole number 0–15, or null (no rounding)."""
+    value = body.get("decimals", 6)
+    if value is None:
+        return None
+    if isinstance(value, bool) or not isinstance(value, int | float) or not math.isfinite(value):
+        raise params.ParameterError(f"decimals must be a whole number from 0 to 15, got {value!r}")
+    if value != int(value) or not 0 <= value <= 15:
+        raise params.ParameterError(f"decimals must be a whole number from 0 to 15, got {value!r}")
+    return int(value)
+
+
+def whole(body: dict[str, Any], name: str, default: int, low: int, high: int) -> int:
+    """A whole-number field within [low, high]."""
+    value = body.get(name, default)
+    if isinstance(value, bool) or not isinstance(value, int | float) or not math.isfinite(value):
+        raise params.ParameterError(f"{name} must be a whole number, got {value!r}")
+    if value != int(value) or not low <= value <= high:
+        raise params.ParameterError(f"{name} must be a whole number from {low} to {high:,}")
+    return int(value)
+
+
+def export_name(product: str, raw: dict[str, Any]) -> str:
+    """The download name of an export: product and pass (``das run`` wants it renamed
+    config.json, beside the spec files)."""
+    if product == "safetab-p":
+        return "safetab-p-config.json"
+    return f"phsafe-{params.phsafe_config(raw, 'export').pass_name.lower()}-config.json"
 
 
 def create_app(workspace: Path, token: str | None = None) -> FastAPI:
@@ -86,12 +162,6 @@ def create_app(workspace: Path, token: str | None = None) -> FastAPI:
     def plotly() -> FileResponse:
         return FileResponse(plotly_js(), media_type="text/javascript")
 
-    def guarded(work):
-        try:
-            return work()
-        except (params.ParameterError, ConfigError, ValueError, FileNotFoundError, KeyError) as exc:
-            return _error(exc)
-
     @app.get("/api/presets")
     def presets() -> Any:
         return guarded(lambda: {"presets": params.list_presets(), "default": params.DEFAULT_PRESET})
@@ -102,26 +172,23 @@ def create_app(workspace: Path, token: str | None = None) -> FastAPI:
 
     @app.post("/api/load")
     def load(body: JsonBody) -> Any:
-        return guarded(lambda: params.load_path(body["path"]))
+        return guarded(lambda: params.load_path(str(field(body, "path"))))
 
     @app.post("/api/import")
     def import_config(body: JsonBody) -> Any:
         return guarded(
             lambda: params.import_text(
-                body["text"], body.get("name", "config.json"), body.get("safetab_p")
+                str(field(body, "text")),
+                str(body.get("name", "config.json")),
+                body.get("safetab_p"),
             )
         )
 
     def evaluate(panel: Any, body: JsonBody) -> Any:
         """One product panel's figures for the page's edited state (same body for both)."""
         return guarded(
-            lambda: params.to_transport(
-                panel.evaluate(
-                    body["state"],
-                    float(body.get("delta", 1e-10)),
-                    body.get("targets"),
-                    body.get("decimals", 6),
-                )
+            lambda: panel.evaluate(
+                field(body, "state"), delta_of(body), body.get("targets"), decimals_of(body)
             )
         )
 
@@ -136,93 +203,84 @@ def create_app(workspace: Path, token: str | None = None) -> FastAPI:
     @app.post("/api/compare")
     def compare_sets(body: JsonBody) -> Any:
         return guarded(
-            lambda: params.to_transport(
-                compare(body["product"], body["a"], body["b"], float(body.get("delta", 1e-10)))
+            lambda: compare(
+                field(body, "product"), field(body, "a"), field(body, "b"), delta_of(body)
             )
         )
 
     @app.post("/api/export")
     def export(body: JsonBody) -> Any:
         def work() -> Response:
-            text = params.export_text(body["product"], body["config"])
+            product, config = field(body, "product"), field(body, "config")
+            text = params.export_text(product, config)
             return Response(
                 text,
                 media_type="application/json",
-                headers={"Content-Disposition": 'attachment; filename="config.json"'},
+                headers={
+                    "Content-Disposition": (
+                        f'attachment; filename="{export_name(product, config)}"'
+                    )
+                },
             )
 
         return guarded(work)
 
     @app.get("/api/populations")
-    def populations() -> Any:
-        found = []
-        for marker in sorted(workspace.glob(f"*/{simulate.SYNTHETIC_MARKER}")):
-            info = json.loads(marker.read_text())
-            found.append({**info, "path": str(marker.parent)})
-        return {"workspace": str(workspace), "populations": found}
+    def population_list() -> Any:
+        return guarded(lambda: populations.list_populations(workspace))
 
     @app.post("/api/synth")
     def synth(body: JsonBody) -> Any:
-        def work() -> dict[str, Any]:
-            product = body["product"]
-            persons = int(body.get("persons", 50_000))
-            seed = int(body.get("seed", 1))
-            if not 1 <= persons <= MAX_SYNTH_PERSONS:
-                raise params.ParameterError(f"persons must be between 1 and {MAX_SYNTH_PERSONS}")
-            folder = workspace / f"{product}-{persons}-seed{seed}"
-            if product == "safetab-p":
-                specs = Path((body.get("safetab_p") or {}).get("specs") or DEFAULT_SPECS)
-                generate_safetab_p(folder, persons, seed, specs, overwrite=True)
-            elif product == "phsafe":
-                raw = (body.get("phsafe") or {}).get("passes", {}).get("US")
-                config_file = workspace / "phsafe-synth-config.json"
-                config_file.write_text(params.export_text("phsafe", raw))
-                generate_phsafe(folder, persons, seed, config_file, overwrite=True)
-            else:
-                raise params.ParameterError(f"unknown product {product!r}")
-            info = {"product": product, "persons": persons, "seed": seed}
-            (folder / simulate.SYNTHETIC_MARKER).write_text(json.dumps(info))
-            return {**info, "path": str(folder)}
-
-        return guarded(work)
+        return guarded(
+            lambda: populations.synthesize(
+                workspace,
+                field(body, "product"),
+                body.get("persons", 50_000),
+                body.get("seed", 1),
+                body.get("safetab_p"),
+                body.get("phsafe"),
+            )
+        )
 
     @app.post("/api/phsafe/truncation")
     def truncation(body: JsonBody) -> Any:
         def work() -> dict[str, Any]:
-            folder = simulate.require_synthetic(body["data_dir"], bool(body.get("confirm")))
-            result = phsafe.truncation(body["state"], folder, body.get("pass", "US"))
-            return {**result, "synthetic": simulate.is_synthetic(folder), "data_dir": str(folder)}
+            folder = populations.require_population(workspace, body.get("data_dir"), "phsafe")
+            result = phsafe.truncation(field(body, "state"), folder, body.get("pass", "US"))
+            return {**result, "data_dir": str(folder)}
 
         return guarded(work)
 
     @app.post("/api/simulate")
     def start_simulation(body: JsonBody) -> Any:
         def work() -> dict[str, Any]:
-            folder = simulate.require_synthetic(body["data_dir"], bool(body.get("confirm")))
-            replicates = int(body.get("replicates", 3))
-            seed = int(body.get("seed", 1))
-            if not 1 <= replicates <= 100:
-                raise params.ParameterError("replicates must be between 1 and 100")
-            product = body["product"]
-            state = body["state"]
+            product = field(body, "product")
+            if product not in populations.PRODUCTS:
+                raise params.ParameterError(f"unknown product {product!r}")
+            replicates = whole(body, "replicates", 3, 1, MAX_REPLICATES)
+            seed = whole(body, "seed", 1, 0, 2**32 - 1)
+            state = field(body, "state")
+            folder = populations.require_population(workspace, body.get("data_dir"), product)
+            detail = f"{replicates} replicate{'s' if replicates != 1 else ''}"
             if product == "safetab-p":
-                params.safetab_p_config(state["config"])
+                params.safetab_p_config(field(state, "config"))
+                title = "SafeTab-P simulation"
 
                 def run(progress, checkpoint):
                     return simulate.simulate_safetab_p(
                         state, folder, replicates, seed, progress, checkpoint
                     )
-            elif product == "phsafe":
+            else:
                 pass_name = body.get("pass", "US")
                 interval = body.get("interval", "equal-tailed")
+                title = f"PHSafe {pass_name} simulation"
 
                 def run(progress, checkpoint):
                     return simulate.simulate_phsafe(
                         state, folder, replicates, seed, pass_name, interval, progress, checkpoint
                     )
-            else:
-                raise params.ParameterError(f"unknown product {product!r}")
-            job = jobs.start(product, lambda p, c: params.to_transport(run(p, c)))
+
+            job = jobs.start(product, lambda p, c: params.to_transport(run(p, c)), title, detail)
             return job.to_dict()
 
         return guarded(work)

@@ -19,6 +19,8 @@ from __future__ import annotations
 
 import json
 import math
+import os
+import tempfile
 from pathlib import Path
 from typing import Any
 
@@ -32,6 +34,7 @@ from das.specs.config import (
     parse_safetab_p_config,
 )
 from das.specs.race_specs import SPEC_FILES, load_race_specs
+from explorer.files import MAX_PARAMETER_FILE_BYTES, FileRefused, describe, read_small_text
 
 PRESETS_DIR = data_specs_dir() / "presets"
 DEFAULT_PRESET = "production_2020"
@@ -45,9 +48,10 @@ class ParameterError(ValueError):
 
 # ------------------------------------------------------------------------------ JSON transport
 def to_transport(value: Any) -> Any:
-    """Infinite numbers become the string "Infinity" (JSON has no Infinity)."""
-    if isinstance(value, float) and math.isinf(value) and value > 0:
-        return "Infinity"
+    """Infinite numbers become the strings "Infinity" / "-Infinity" and NaN becomes null
+    (JSON has none of them)."""
+    if isinstance(value, float) and not math.isfinite(value):
+        return None if math.isnan(value) else ("Infinity" if value > 0 else "-Infinity")
     if isinstance(value, dict):
         return {key: to_transport(item) for key, item in value.items()}
     if isinstance(value, list):
@@ -94,10 +98,11 @@ def product_of(raw: dict[str, Any]) -> str:
 
 # ------------------------------------------------------------------------------ loading
 def _read_json(path: Path) -> dict[str, Any]:
+    """A JSON object from a small regular file (pipes, devices and big files refused)."""
     try:
-        data = json.loads(path.read_text(encoding="utf-8"))
-    except FileNotFoundError:
-        raise ParameterError(f"{path}: not found") from None
+        data = json.loads(read_small_text(path))
+    except FileRefused as exc:
+        raise ParameterError(str(exc)) from None
     except json.JSONDecodeError as exc:
         raise ParameterError(f"{path}: not valid JSON (line {exc.lineno}: {exc.msg})") from None
     if not isinstance(data, dict):
@@ -106,19 +111,35 @@ def _read_json(path: Path) -> dict[str, Any]:
 
 
 def spec_structure(specs_dir: Path, max_race_codes: int) -> dict[str, Any]:
-    """Stability and detailed-only iteration levels computed from a folder's four spec files."""
-    missing = [name for name in SPEC_FILES if not (specs_dir / name).is_file()]
+    """Stability and detailed-only iteration levels computed from a folder's four spec files.
+
+    The files are read as :func:`explorer.files.read_small_text` reads (no pipe, no device,
+    capped) into a private copy, and parsed there: what is parsed is what was checked.
+    """
+    missing = [name for name in SPEC_FILES if not os.path.lexists(specs_dir / name)]
     if missing:
         raise ParameterError(
             f"{specs_dir}: SafeTab-P spec files missing ({', '.join(missing)}); the stability "
             "is computed from them"
         )
-    specs = load_race_specs(specs_dir)
+    with tempfile.TemporaryDirectory(prefix="das-explore-specs-") as copy:
+        copy_spec_files(specs_dir, Path(copy))
+        specs = load_race_specs(copy)
     return {
         "stability": stability(specs, max_race_codes),
         "detailed_only_iteration_levels": sorted(detailed_only_levels(specs)),
         "specs": str(specs_dir.resolve()),
     }
+
+
+def copy_spec_files(specs_dir: Path, target: Path, names: tuple[str, ...] = SPEC_FILES) -> None:
+    """Copy small parameter files (spec files, config.json) read safely into ``target``."""
+    for name in names:
+        try:
+            text = read_small_text(specs_dir / name)
+        except FileRefused as exc:
+            raise ParameterError(str(exc)) from None
+        (target / name).write_text(text, encoding="utf-8")
 
 
 def list_presets() -> list[dict[str, str]]:
@@ -171,15 +192,20 @@ def _phsafe_pass_name(raw: dict[str, Any], source: str) -> str:
 
 def load_path(path: str | Path) -> dict[str, Any]:
     """A parameter set from disk: a SafeTab-P parameters folder (config.json + spec files), a
-    PHSafe config.json, a PHSafe production folder (``us/`` and ``pr/``), or a config file."""
+    PHSafe config.json, a PHSafe production folder (``us/`` and ``pr/``), or a config file.
+
+    Only small regular files are read (see :mod:`explorer.files`): a pipe, a device, a dangling
+    link or a directory where a file is expected is refused by name, at once.
+    """
     target = Path(path).expanduser()
-    if not target.exists():
-        raise ParameterError(f"{target}: not found")
-    if target.is_dir() and not (target / "config.json").is_file():
+    problem = None if target.is_dir() else describe(target)
+    if problem is not None:
+        raise ParameterError(problem)
+    if target.is_dir() and not os.path.lexists(target / "config.json"):
         passes = {}
         for sub in ("us", "pr"):
             candidate = target / sub / "config.json"
-            if candidate.is_file():
+            if os.path.lexists(candidate):
                 raw = _read_json(candidate)
                 passes[_phsafe_pass_name(raw, str(candidate))] = to_transport(raw)
         if not passes:
@@ -198,6 +224,10 @@ def load_path(path: str | Path) -> dict[str, Any]:
 def import_text(text: str, name: str, current_safetab_p: dict[str, Any] | None) -> dict[str, Any]:
     """A config.json uploaded from the page. A SafeTab-P config keeps the spec structure
     (stability, detailed-only levels) of the current parameter set: a file alone has none."""
+    if len(text) > MAX_PARAMETER_FILE_BYTES:
+        raise ParameterError(
+            f"{name}: over the {MAX_PARAMETER_FILE_BYTES:,}-byte cap of a parameters file"
+        )
     try:
         raw = json.loads(text)
     except json.JSONDecodeError as exc:
@@ -237,7 +267,14 @@ def export_text(product: str, raw: dict[str, Any]) -> str:
 
 
 def config_error_text(exc: Exception) -> str:
-    """The message of a ParameterError or ConfigError (both list one problem per line)."""
-    if isinstance(exc, ParameterError | ConfigError):
+    """What the page shows for parameters it cannot use: a ParameterError or ConfigError as
+    is (one problem per line), an arithmetic failure of the engine explained."""
+    if isinstance(exc, ParameterError | ConfigError | FileRefused):
         return str(exc)
-    return f"{type(exc).__name__}: {exc}"
+    if isinstance(exc, ArithmeticError):
+        return (
+            "cannot evaluate these parameters: a noise scale or a total is out of "
+            f"floating-point range ({type(exc).__name__}). A budget or MOE far outside the usual "
+            "range (such as 1e308 or 1e-300) gives figures no float can hold."
+        )
+    return f"cannot evaluate these parameters ({type(exc).__name__}: {exc})"

@@ -62,8 +62,6 @@ from explorer.safetab import LEVEL_BY_KEY, WORKLOAD_CELLS
 
 # A suppression chance this small puts T far below 0: nothing is suppressed (runs 2 and 3).
 NO_SUPPRESSION = 1e-12
-# Written by the explorer into every population it synthesizes: proof the data are synthetic.
-SYNTHETIC_MARKER = "explorer-synthetic.json"
 KEYS = ["REGION_ID", "REGION_TYPE", "ITERATION_CODE"]
 CELL_KEYS = [*KEYS, "AGESTART", "AGEEND", "SEX"]
 WORKLOAD_BY_CELLS = {0: 0, 8: 1, 18: 2, 46: 3}
@@ -79,9 +77,15 @@ Progress = Callable[[float, str], None]
 # ------------------------------------------------------------------------------ jobs
 @dataclass
 class Job:
-    """A long computation running in a thread, with a progress fraction and a cancel flag."""
+    """A long computation running in a thread, with a progress fraction and a cancel flag.
+
+    ``message`` is the step under way; :meth:`summary` the sentence the page shows for the job
+    (what runs and its step, or how it ended and how long it took).
+    """
 
     kind: str
+    title: str = "Simulation"
+    detail: str = ""
     id: str = field(default_factory=lambda: uuid.uuid4().hex[:12])
     status: str = "running"
     progress: float = 0.0
@@ -89,7 +93,25 @@ class Job:
     result: Any = None
     error: str | None = None
     started: float = field(default_factory=time.monotonic)
+    finished: float | None = None
     cancel_event: threading.Event = field(default_factory=threading.Event)
+
+    @property
+    def seconds(self) -> float:
+        return round((self.finished or time.monotonic()) - self.started, 1)
+
+    def summary(self) -> str:
+        took = f"{self.seconds:.1f} s"
+        if self.status == "done":
+            return f"{self.title} finished: {self.detail} in {took}"
+        if self.status == "cancelled":
+            return f"{self.title} cancelled after {took} (during: {self.message})"
+        if self.status == "failed":
+            lines = (self.error or "").strip().splitlines()
+            return f"{self.title} failed after {took}: {lines[0] if lines else 'no message'}"
+        if self.cancel_event.is_set():
+            return f"{self.title}: cancelling after the current step ({self.message})"
+        return f"{self.title}, {self.detail}: {self.message} ({took})"
 
     def to_dict(self) -> dict[str, Any]:
         return {
@@ -98,7 +120,8 @@ class Job:
             "status": self.status,
             "progress": self.progress,
             "message": self.message,
-            "seconds": round(time.monotonic() - self.started, 1),
+            "summary": self.summary(),
+            "seconds": self.seconds,
             "result": self.result if self.status == "done" else None,
             "error": self.error,
         }
@@ -111,11 +134,17 @@ class JobManager:
         self._jobs: dict[str, Job] = {}
         self._lock = threading.Lock()
 
-    def start(self, kind: str, work: Callable[[Progress, Callable[[], None]], Any]) -> Job:
+    def start(
+        self,
+        kind: str,
+        work: Callable[[Progress, Callable[[], None]], Any],
+        title: str = "Simulation",
+        detail: str = "",
+    ) -> Job:
         with self._lock:
             if any(job.status == "running" for job in self._jobs.values()):
                 raise ParameterError("a simulation is already running: wait or cancel it")
-            job = Job(kind)
+            job = Job(kind, title, detail)
             self._jobs[job.id] = job
 
         def progress(fraction: float, message: str) -> None:
@@ -128,14 +157,16 @@ class JobManager:
         def run() -> None:
             try:
                 job.result = work(progress, checkpoint)
-                job.status, job.progress, job.message = "done", 1.0, "done"
+                job.progress, job.status = 1.0, "done"
             except Cancelled:
-                job.status, job.message = "cancelled", "cancelled"
-            except (ParameterError, ValueError, FileNotFoundError) as exc:
+                job.status = "cancelled"
+            except (ParameterError, ValueError, ArithmeticError, FileNotFoundError) as exc:
                 job.status, job.error = "failed", str(exc)
             except Exception as exc:  # shown on the page; the traceback names no data value
                 job.status = "failed"
                 job.error = f"{type(exc).__name__}: {exc}\n{traceback.format_exc(limit=3)}"
+            finally:
+                job.finished = time.monotonic()
 
         threading.Thread(target=run, name=f"explorer-{kind}-{job.id}", daemon=True).start()
         return job
@@ -150,26 +181,6 @@ class JobManager:
         job = self.get(job_id)
         job.cancel_event.set()
         return job
-
-
-# ------------------------------------------------------------------------------ data checks
-def is_synthetic(data_dir: str | Path) -> bool:
-    """True for a population the explorer synthesized (it wrote the marker file)."""
-    return (Path(data_dir) / SYNTHETIC_MARKER).is_file()
-
-
-def require_synthetic(data_dir: str | Path, confirmed: bool) -> Path:
-    """The folder, if it is synthetic or the operator confirmed pointing at it on purpose."""
-    folder = Path(data_dir).expanduser()
-    if not folder.is_dir():
-        raise ParameterError(f"{folder}: no such folder")
-    if not is_synthetic(folder) and not confirmed:
-        raise ParameterError(
-            f"{folder} was not synthesized by the explorer. Simulations run on synthetic "
-            "populations; to use this folder anyway, tick the confirmation box (the page then "
-            "shows aggregate figures of these records)."
-        )
-    return folder
 
 
 # ------------------------------------------------------------------------------ noise providers
@@ -296,7 +307,7 @@ def simulate_safetab_p(
 ) -> dict[str, Any]:
     """R replicates of the SafeTab-P engine on the population in ``data_dir`` (see module doc)."""
     config = safetab_p_config(state["config"])
-    progress(0.0, "reading the population")
+    progress(0.0, "reading the synthetic population")
     specs = load_race_specs(data_dir)
     persons = read_person_records(person_records_path(data_dir))
     grfc = read_grf_c(grf_c_path(data_dir))
@@ -370,7 +381,7 @@ def simulate_safetab_p(
                 np.abs((part["COUNT"] - part["TRUE"]).to_numpy())
             )
     checkpoint()
-    progress(0.99, "summarizing")
+    progress(0.99, "summarizing the replicates")
     levels = {}
     for key, entry in stats.items():
         geography = key[1:-1].split(",")[0]
@@ -470,7 +481,7 @@ def simulate_phsafe(
     if raw is None:
         raise ParameterError(f"no {pass_name} pass in the PHSafe parameters")
     config = phsafe_config(raw, f"PHSafe {pass_name}")
-    progress(0.0, "reading the population")
+    progress(0.0, "reading the synthetic population")
     paths = input_paths(data_dir)
     persons, units, geo = (
         read_persons(paths["persons"]),
@@ -524,7 +535,7 @@ def simulate_phsafe(
                 errors.setdefault((table, str(level)), []).append(
                     np.abs((part["COUNT"] - part["COUNT_EXACT"]).to_numpy())
                 )
-    progress(0.99, "summarizing")
+    progress(0.99, "summarizing the replicates")
     queries = []
     for (table, level), parts in errors.items():
         measurement = measurements.get((table, level))

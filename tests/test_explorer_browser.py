@@ -1,6 +1,9 @@
-"""`das explore` in headless Chromium: the page opens on the 2020 parameters, a MOE target
-changes ρ and the total to the calculator's values, the exported config passes `das budget
-report` with the same totals, and every panel is photographed (docs/screenshots/explorer/).
+"""`das explore` in headless Chromium: the page opens on the 2020 parameters and lists the
+populations synthesized earlier in its workspace, a MOE target changes ρ and the total to the
+calculator's values, a budget the engine cannot evaluate is reported next to its field, edits
+survive a reload until "Reset to preset", the exports are named by product and pass and pass
+`das budget report` with the same totals, the status line says what finished, and every panel
+is photographed (docs/screenshots/explorer/).
 
 Needs Debian's chromium (/usr/bin/chromium) and Playwright for Python (dev extra); skips
 cleanly without them. Every request of the page must stay on 127.0.0.1 (offline page).
@@ -10,6 +13,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import socket
 import subprocess
 import sys
@@ -22,6 +26,7 @@ import pytest
 
 from das.budget.report import budget_report
 from das.privacy import calculators
+from explorer import populations
 
 REPO = Path(__file__).resolve().parents[1]
 CHROMIUM = Path("/usr/bin/chromium")
@@ -52,6 +57,8 @@ def _free_port() -> int:
 
 @pytest.fixture
 def explorer_url(tmp_path: Path):
+    # A population synthesized by an earlier session of the explorer in the same workspace.
+    populations.synthesize(tmp_path / "workspace", "safetab-p", 3000, 7)
     port = _free_port()
     server = subprocess.Popen(
         [
@@ -93,6 +100,19 @@ def _wait_changed(page, attribute: str, before: str | None, timeout: float = 60_
     page.wait_for_function(f"{value} && {value} !== {json.dumps(before)}", timeout=timeout)
 
 
+def _options(page, select: str) -> list[str]:
+    return page.evaluate(f"[...document.querySelector('{select}').options].map(o => o.text)")
+
+
+def _export(page, button: str, folder: Path) -> Path:
+    with page.expect_download() as download:
+        page.click(button)
+    name = download.value.suggested_filename
+    path = folder / name
+    download.value.save_as(path)
+    return path
+
+
 def test_explorer_in_chromium(explorer_url: str, tmp_path: Path) -> None:
     SCREENSHOTS.mkdir(parents=True, exist_ok=True)
     requests: list[str] = []
@@ -109,6 +129,13 @@ def test_explorer_in_chromium(explorer_url: str, tmp_path: Path) -> None:
         total.wait_for()
         assert total.inner_text() == "4.944"
         assert page.locator("#stp-total-PR").inner_text() == "2.643"
+        assert page.locator("#edited-badge").is_hidden()
+        assert page.locator("#reset-edits").is_disabled()
+        # The population an earlier session synthesized is listed at once (no Synthesize).
+        page.wait_for_function("document.body.dataset.populationsReady")
+        assert _options(page, "#sim-population") == ["safetab-p, 3,000 persons, seed 7"]
+        assert _options(page, "#ph-trunc-population") == []
+        assert "no PHSafe population" in page.locator("#ph-trunc-populations-note").inner_text()
         page.wait_for_timeout(500)
         page.screenshot(path=str(SCREENSHOTS / "safetab-p.png"))
         page.locator("#panel-safetab .plots").screenshot(
@@ -136,12 +163,63 @@ def test_explorer_in_chromium(explorer_url: str, tmp_path: Path) -> None:
         assert float(shown_total) == expected["rho"]
         assert Fraction(shown_total) == Fraction(expected["rho_exact"])
 
+        # A budget the engine cannot evaluate: 422, its message next to the field, the figures
+        # stay those of the last set that evaluated; the next good value clears it.
+        budget = page.locator('input[data-role="budget"][data-key="(TRACT, 2)"]')
+        before = page.evaluate("document.body.dataset.fieldError || null")
+        budget.fill("1e308")
+        budget.press("Enter")
+        _wait_changed(page, "fieldError", before)
+        bubble = page.locator("#field-error")
+        assert bubble.is_visible() and bubble.inner_text().strip()
+        assert "invalid" in (budget.get_attribute("class") or "")
+        below = bubble.bounding_box()["y"] - budget.bounding_box()["y"]
+        assert 0 < below < 60  # just under the field
+        assert page.locator("#error").is_hidden()
+        assert page.locator("#stp-total-US").inner_text() == shown_total
+        page.evaluate("window.scrollTo(0, 0)")  # the header too (the edited badge)
+        page.wait_for_timeout(300)
+        page.screenshot(path=str(SCREENSHOTS / "field-error.png"))
+        before = page.evaluate("document.body.dataset.stpReady")
+        budget.fill("0.159")
+        budget.press("Enter")
+        _wait_changed(page, "stpReady", before)
+        assert bubble.is_hidden() and page.locator("#stp-total-US").inner_text() == shown_total
+
+        # A PHSafe PR edit; both edits survive a reload (kept in this browser).
+        page.click("nav button[data-panel=phsafe]")
+        before = page.evaluate("document.body.dataset.phReady")
+        ph_budget = page.locator('input[data-role="ph-budget"][data-key="PR/PH1_num/state_*"]')
+        ph_budget.fill("0.5")
+        ph_budget.press("Enter")
+        _wait_changed(page, "phReady", before)
+        edited_pr = page.locator("#ph-total-PR").inner_text()
+        assert edited_pr != "1.226649"
+        page.reload()
+        page.wait_for_function("document.body.dataset.restored !== undefined")
+        assert page.evaluate("document.body.dataset.restored") == "SafeTab-P, PHSafe PR"
+        assert page.locator("#stp-total-US").inner_text() == shown_total
+        assert (
+            float(page.locator('input[data-role="budget"][data-key="(COUNTY, 2)"]').input_value())
+            == expected_rho
+        )
+        assert page.locator("#ph-total-PR").inner_text() == edited_pr
+        assert page.locator("#ph-total-US").inner_text() == "1.257281"
+        assert page.locator("#edited-badge").is_visible()
+        assert page.locator("#reset-edits").is_enabled()
+
         # Export, then `das budget report` on the file: the same totals to the last digit.
         page.click("nav button[data-panel=files]")
-        with page.expect_download() as download:
-            page.click("#export-safetab")
-        exported = tmp_path / "export" / "config.json"
-        download.value.save_as(exported)
+        (tmp_path / "export").mkdir()
+        exported = _export(page, "#export-safetab", tmp_path / "export")
+        assert exported.name == "safetab-p-config.json"
+        for name in ("US", "PR"):
+            ph_file = _export(page, f"#export-ph-{name}", tmp_path / "export")
+            assert ph_file.name == f"phsafe-{name.lower()}-config.json"
+            assert budget_report(ph_file)["passes"][name]["rho"] == float(
+                page.locator(f"#ph-total-{name}").inner_text()
+            )
+        assert "rename it config.json" in page.locator("#export-message").inner_text()
         page.screenshot(path=str(SCREENSHOTS / "load-export.png"))
         report = subprocess.run(
             [
@@ -173,15 +251,18 @@ def test_explorer_in_chromium(explorer_url: str, tmp_path: Path) -> None:
         assert changed.locator("td.diff").count() >= 2
         page.screenshot(path=str(SCREENSHOTS / "compare.png"))
 
-        # PHSafe: 2020 totals; τ on a synthetic population.
+        # PHSafe: 2020 US total (PR edited above); τ on a synthetic population.
         page.click("nav button[data-panel=phsafe]")
         assert page.locator("#ph-total-US").inner_text() == "1.257281"
-        assert page.locator("#ph-total-PR").inner_text() == "1.226649"
         page.click("nav button[data-panel=simulate]")
         page.select_option("#sim-product", "phsafe")
         page.fill("#synth-persons", "20000")
         page.click("#synth-run")
         page.wait_for_function("document.querySelector('#sim-population').options.length > 0")
+        assert re.fullmatch(
+            r"Synthesized a PHSafe population: 20,000 persons, seed 1, in \d+(\.\d)? s \(.+\)",
+            page.locator("#sim-message").inner_text(),
+        )
         page.click("nav button[data-panel=phsafe]")
         page.wait_for_function("document.querySelector('#ph-trunc-population').options.length > 0")
         before = page.evaluate("document.body.dataset.truncReady || null")
@@ -196,13 +277,18 @@ def test_explorer_in_chromium(explorer_url: str, tmp_path: Path) -> None:
         page.fill("#synth-persons", "20000")
         page.click("#synth-run")
         options = "[...document.querySelector('#sim-population').options]"
-        page.wait_for_function(f"{options}.some(o => o.text.startsWith('safetab-p'))")
+        page.wait_for_function(f"{options}.some(o => o.text.startsWith('safetab-p, 20,000'))")
+        assert "safetab-p, 3,000 persons, seed 7" in _options(page, "#sim-population")
+        assert page.locator("#sim-population").input_value().endswith("safetab-p-20000-seed1")
         page.fill("#sim-replicates", "2")
         before = page.evaluate("document.body.dataset.simReady || null")
         page.click("#sim-start")
         _wait_changed(page, "simReady", before, timeout=240_000)
         assert page.evaluate("document.body.dataset.simStatus") == "done"
         assert page.locator("#sim-results table tr").count() > 10
+        status = page.locator("#sim-message").inner_text()
+        assert re.fullmatch(r"SafeTab-P simulation finished: 2 replicates in \d+\.\d s", status)
+        page.wait_for_timeout(500)  # the progress bar's 0.3 s transition to 100%
         page.screenshot(path=str(SCREENSHOTS / "simulate.png"), full_page=True)
 
         # Simulate PHSafe (engine + postprocessing) on the PHSafe population made above.
@@ -216,7 +302,22 @@ def test_explorer_in_chromium(explorer_url: str, tmp_path: Path) -> None:
         _wait_changed(page, "simReady", before, timeout=240_000)
         assert page.evaluate("document.body.dataset.simStatus") == "done"
         assert "interval coverage" in page.locator("#sim-results").inner_text()
+        status = page.locator("#sim-message").inner_text()
+        assert re.fullmatch(r"PHSafe US simulation finished: 1 replicate in \d+\.\d s", status)
+        page.wait_for_timeout(500)
         page.screenshot(path=str(SCREENSHOTS / "simulate-phsafe.png"), full_page=True)
+
+        # Reset to preset: the 2020 totals again, nothing kept, also after a reload.
+        before = page.evaluate("document.body.dataset.stpReady")
+        page.click("#reset-edits")
+        _wait_changed(page, "stpReady", before)
+        page.wait_for_function("document.querySelector('#ph-total-PR').innerText === '1.226649'")
+        assert page.locator("#stp-total-US").inner_text() == "4.944"
+        assert page.locator("#edited-badge").is_hidden()
+        page.reload()
+        page.wait_for_function("document.body.dataset.restored !== undefined")
+        assert page.evaluate("document.body.dataset.restored") == ""
+        assert page.locator("#stp-total-US").inner_text() == "4.944"
 
         browser.close()
     assert errors == []

@@ -128,7 +128,13 @@ def not_a_regular_file(path: str | Path) -> str | None:
         return f"{path} is a directory, not a file"
     if stat.S_ISFIFO(mode):
         return f"{path} is a named pipe (FIFO), not a regular file"
-    return f"{path} is not a regular file (a socket or a device)"
+    if stat.S_ISCHR(mode):
+        return f"{path} is a character device, not a regular file"
+    if stat.S_ISBLK(mode):
+        return f"{path} is a block device, not a regular file"
+    if stat.S_ISSOCK(mode):
+        return f"{path} is a socket, not a regular file"
+    return f"{path} is not a regular file"
 
 
 def resolve_input(data_dir: str | Path, spec: TableSpec) -> Path:

@@ -12,6 +12,8 @@ const S = {
   preset: { safetab: null, phsafe: null }, // what the page opened on (Compare's default A)
   loaded: { safetab: null, phsafe: null }, // a set loaded "as baseline"
   stp: null, ph: null,                     // the last evaluations
+  good: { safetab: null, phsafe: null },   // the last parameter sets that evaluated
+  presetId: null, populations: [],
   job: null, sim: null,
 };
 
@@ -44,7 +46,31 @@ function fmt(x, digits = 4) {
 const full = (x) => (x === null || x === undefined ? "∞" : String(x)); // totals: every digit
 function showError(message) { const box = $("error"); box.textContent = message; box.hidden = !message; }
 
-async function api(path, body) {
+// A parameter the server cannot evaluate: its message next to the field that was edited
+// (the banner when no field was), the field marked; cleared by the next good evaluation.
+let errorField = null;
+function reportError(message, field) {
+  clearFieldError();
+  if (!field || !field.isConnected) { showError(message); return; }
+  showError("");
+  errorField = field;
+  field.classList.add("invalid");
+  field.setAttribute("aria-invalid", "true");
+  const bubble = $("field-error");
+  bubble.textContent = message;
+  bubble.hidden = false;
+  const box = field.getBoundingClientRect();
+  bubble.style.left = `${Math.max(8, Math.min(box.left + window.scrollX, document.documentElement.clientWidth - 460))}px`;
+  bubble.style.top = `${box.bottom + window.scrollY + 4}px`;
+  document.body.dataset.fieldError = String(Date.now());
+}
+function clearFieldError() {
+  if (errorField) { errorField.classList.remove("invalid"); errorField.removeAttribute("aria-invalid"); }
+  errorField = null;
+  $("field-error").hidden = true;
+}
+
+async function api(path, body, raw = false) {
   const init = { headers: { "X-Explorer-Token": TOKEN } };
   if (body !== undefined) {
     init.method = "POST";
@@ -57,6 +83,7 @@ async function api(path, body) {
     try { message = (await response.json()).error || message; } catch (_) { /* not JSON */ }
     throw new Error(message);
   }
+  if (raw) return response;
   const type = response.headers.get("content-type") || "";
   return type.includes("application/json") && !response.headers.get("content-disposition")
     ? response.json() : response.text();
@@ -74,17 +101,26 @@ function keepFocus(render) {
 
 // ------------------------------------------------------------------ SafeTab-P
 let stpPending = null;
-async function evaluateSafeTab(targets) {
+// Evaluate the edited SafeTab-P set; on a refusal the set goes back to the last one that
+// evaluated (the field keeps what was typed, with the message beside it). Returns success.
+async function evaluateSafeTab(targets, field) {
   const request = { state: S.safetab, targets: targets || null, ...settings() };
   stpPending = request;
   try {
     const result = await api("/api/safetab-p/evaluate", request);
-    if (stpPending !== request) return;
-    S.safetab = result.state; S.stp = result;
-    showError("");
+    if (stpPending !== request) return true;
+    S.safetab = result.state; S.stp = result; S.good.safetab = clone(result.state);
+    showError(""); clearFieldError();
     keepFocus(renderSafeTab);
+    saveEdits();
     document.body.dataset.stpReady = String(Date.now());
-  } catch (error) { showError(error.message); }
+    return true;
+  } catch (error) {
+    if (stpPending !== request) return false;
+    if (S.good.safetab) S.safetab = clone(S.good.safetab);
+    reportError(error.message, field);
+    return false;
+  }
 }
 
 function stpTotalsCard(name, summary, unit) {
@@ -137,7 +173,7 @@ function renderSafeTab() {
   fillSelect($("stp-workload-level"), Object.keys(r.curves.workload), "(COUNTY, 2)");
   fillSelect($("stp-suppression-level"), Object.keys(r.curves.suppression), "(COUNTY, 2)");
   plotWorkload(); plotSuppression(); plotMoe(); plotEpsDelta($("plot-epsdelta"), r.curves.epsilon_delta, "SafeTab-P");
-  $("export-command").textContent = `das budget report --config config.json --specs ${S.safetab.specs || "PARAMS"}`;
+  $("export-command").textContent = `das budget report --config safetab-p-config.json --specs ${S.safetab.specs || "PARAMS"}`;
   if (document.querySelector("#panel-compare.active")) runCompare();
 }
 
@@ -152,16 +188,22 @@ function onBudget(event) {
   const key = event.target.dataset.key;
   const row = S.stp.levels.find((x) => x.key === key);
   const text = event.target.value.trim();
-  S.safetab.config[row.budget_key] = /^inf/i.test(text) ? "Infinity" : Number(text);
+  S.safetab.config[row.budget_key] = budgetValue(text);
   if (Number(text) > 0 && !row.thresholds) S.safetab.config.thresholds_p[key] = defaultThresholds(row);
-  evaluateSafeTab();
+  evaluateSafeTab(null, event.target);
 }
-function onMoe(event) { evaluateSafeTab({ [event.target.dataset.key]: Number(event.target.value) }); }
+// What the operator typed, as the config holds it: ∞ as "Infinity", a number, else the text
+// itself (the server names what it cannot read, e.g. "abc" or an empty field).
+function budgetValue(text) {
+  if (/^inf/i.test(text)) return "Infinity";
+  return text !== "" && Number.isFinite(Number(text)) ? Number(text) : text;
+}
+function onMoe(event) { evaluateSafeTab({ [event.target.dataset.key]: budgetValue(event.target.value.trim()) }, event.target); }
 function onThreshold(event) {
   const key = event.target.dataset.key;
   const inputs = [0, 1, 2].map((i) => document.querySelector(`[data-role="thr${i}"][data-key="${CSS.escape(key)}"]`));
   S.safetab.config.thresholds_p[key] = inputs.map((x) => Math.round(Number(x.value)));
-  evaluateSafeTab();
+  evaluateSafeTab(null, event.target);
 }
 function defaultThresholds(row) {
   if (row.iteration_level === 1) return [4971, 19971, 149971];
@@ -218,17 +260,24 @@ function plotEpsDelta(div, byPass, product) {
 
 // ------------------------------------------------------------------ PHSafe
 let phPending = null;
-async function evaluatePHSafe(targets) {
+async function evaluatePHSafe(targets, field) {
   const request = { state: S.phsafe, targets: targets || null, ...settings() };
   phPending = request;
   try {
     const result = await api("/api/phsafe/evaluate", request);
-    if (phPending !== request) return;
-    S.phsafe = result.state; S.ph = result;
-    showError("");
+    if (phPending !== request) return true;
+    S.phsafe = result.state; S.ph = result; S.good.phsafe = clone(result.state);
+    showError(""); clearFieldError();
     keepFocus(renderPHSafe);
+    saveEdits();
     document.body.dataset.phReady = String(Date.now());
-  } catch (error) { showError(error.message); }
+    return true;
+  } catch (error) {
+    if (phPending !== request) return false;
+    if (S.good.phsafe) S.phsafe = clone(S.good.phsafe);
+    reportError(error.message, field);
+    return false;
+  }
 }
 
 function renderPHSafe() {
@@ -277,24 +326,26 @@ function splitKey(key) { const i = key.indexOf("/"); return [key.slice(0, i), ke
 function onPhBudget(event) {
   const [pass, query] = splitKey(event.target.dataset.key); const [table, level] = splitKey(query);
   const text = event.target.value.trim();
-  S.phsafe.passes[pass].privacy_budget[table][level] = /^inf/i.test(text) ? "Infinity" : Number(text);
-  evaluatePHSafe();
+  S.phsafe.passes[pass].privacy_budget[table][level] = budgetValue(text);
+  evaluatePHSafe(null, event.target);
 }
 function onPhMoe(event) {
   const [pass, query] = splitKey(event.target.dataset.key);
-  evaluatePHSafe({ [pass]: { [query]: Number(event.target.value) } });
+  evaluatePHSafe({ [pass]: { [query]: budgetValue(event.target.value.trim()) } }, event.target);
 }
 function onTau(event) {
   const [pass, table] = splitKey(event.target.dataset.key);
   S.phsafe.passes[pass].tau[table] = Math.round(Number(event.target.value));
-  evaluatePHSafe();
+  evaluatePHSafe(null, event.target);
 }
 
 async function runTruncation() {
+  const select = $("ph-trunc-population");
+  const label = select.selectedOptions.length ? select.selectedOptions[0].text : "";
   try {
-    $("ph-trunc-note").textContent = "computing…";
-    const r = await api("/api/phsafe/truncation", { state: S.phsafe, data_dir: $("ph-trunc-population").value, confirm: $("ph-trunc-confirm").checked });
-    $("ph-trunc-note").textContent = `Computed on ${r.synthetic ? "the synthetic population" : "the folder (confirmed by you)"} ${r.data_dir}, ${r.pass} pass: share of each joined table's in-universe persons that τ drops (markers: the τ on the page).`;
+    $("ph-trunc-note").textContent = `Computing what τ truncates on the synthetic population ${label}…`;
+    const r = await api("/api/phsafe/truncation", { state: S.phsafe, data_dir: select.value });
+    $("ph-trunc-note").textContent = `Computed on the synthetic population ${label} (${r.data_dir}), ${r.pass} pass: share of each joined table's in-universe persons that τ drops (markers: the τ on the page).`;
     const traces = []; const marks = [];
     for (const [table, t] of Object.entries(r.tables)) {
       const share = t.persons_dropped.map((d) => (t.persons ? d / t.persons : 0));
@@ -332,36 +383,55 @@ async function runCompare() {
 }
 
 // ------------------------------------------------------------------ Simulate
-async function refreshPopulations(select) {
-  const r = await api("/api/populations");
+const PRODUCT_NAMES = { "safetab-p": "SafeTab-P", phsafe: "PHSafe" };
+const persons = (n) => `${Number(n).toLocaleString("en-US")} persons`;
+function populationLabel(p) { return `${p.product}, ${persons(p.persons)}, seed ${p.seed}`; }
+// The workspace's populations (synthesized now or by an earlier session): listed when the page
+// opens and whenever a picker is shown; folders that no longer verify are named with why.
+function fillPopulations(select) {
   for (const sel of document.querySelectorAll(".population-select")) {
-    const product = sel.id === "ph-trunc-population" ? "phsafe" : $("sim-product").value;
-    const options = r.populations.filter((p) => p.product === product)
-      .map((p) => el("option", { value: p.path, text: `${p.product}, ${p.persons.toLocaleString("en-US")} persons, seed ${p.seed}` }));
+    const product = sel.dataset.product || $("sim-product").value;
+    const options = S.populations.filter((p) => p.product === product).map((p) => el("option", { value: p.path, text: populationLabel(p) }));
     const current = sel.value;
     sel.replaceChildren(...options);
     if (select && options.some((o) => o.value === select)) sel.value = select;
     else if (options.some((o) => o.value === current)) sel.value = current;
+    const note = $(sel.id === "sim-population" ? "sim-populations-note" : "ph-trunc-populations-note");
+    note.textContent = options.length ? "" : `no ${PRODUCT_NAMES[product]} population in the workspace yet: synthesize one on the Simulate tab`;
   }
 }
-async function synthesize() {
-  const product = $("sim-product").value;
+async function refreshPopulations(select) {
   try {
-    $("sim-message").textContent = "synthesizing…";
-    const r = await api("/api/synth", { product, persons: Number($("synth-persons").value), seed: Number($("synth-seed").value),
-      safetab_p: S.safetab, phsafe: S.phsafe });
-    $("sim-message").textContent = `synthesized ${r.path}`;
-    await refreshPopulations(r.path);
+    const r = await api("/api/populations");
+    S.populations = r.populations;
+    fillPopulations(select);
+    const refused = r.refused.map((x) => `${x.path.split("/").pop()} (${x.reason})`);
+    if (refused.length) $("sim-populations-note").textContent += ` Not usable: ${refused.join("; ")}.`;
+    document.body.dataset.populationsReady = String(Date.now());
   } catch (error) { showError(error.message); }
+}
+async function synthesize() {
+  const product = $("sim-product").value; const n = Number($("synth-persons").value); const seed = Number($("synth-seed").value);
+  try {
+    $("sim-message").textContent = `Synthesizing a ${PRODUCT_NAMES[product]} population of ${persons(n)} (seed ${seed})…`;
+    $("synth-run").disabled = true;
+    const r = await api("/api/synth", { product, persons: n, seed, safetab_p: S.safetab, phsafe: S.phsafe });
+    $("sim-message").textContent = `Synthesized a ${PRODUCT_NAMES[product]} population: ${persons(r.persons)}, seed ${r.seed}, in ${r.seconds} s (${r.path})`;
+    await refreshPopulations(r.path);
+  } catch (error) {
+    $("sim-message").textContent = `Synthesis of a ${PRODUCT_NAMES[product]} population failed (see the message above)`;
+    showError(error.message);
+  } finally { $("synth-run").disabled = false; }
 }
 async function startSimulation() {
   const product = $("sim-product").value;
-  const body = { product, data_dir: $("sim-folder").value.trim() || $("sim-population").value,
-    replicates: Number($("sim-replicates").value), seed: Number($("sim-seed").value), confirm: $("sim-confirm").checked,
+  const body = { product, data_dir: $("sim-population").value,
+    replicates: Number($("sim-replicates").value), seed: Number($("sim-seed").value),
     state: product === "safetab-p" ? S.safetab : S.phsafe, pass: $("sim-pass").value, interval: $("sim-interval").value };
   try {
     S.job = await api("/api/simulate", body);
-    S.sim = null; $("sim-results").replaceChildren();
+    S.sim = null; $("sim-results").replaceChildren(); showError("");
+    $("sim-message").textContent = S.job.summary;
     $("sim-start").disabled = true; $("sim-cancel").disabled = false;
     pollJob();
   } catch (error) { showError(error.message); }
@@ -370,7 +440,7 @@ async function pollJob() {
   if (!S.job) return;
   const job = await api(`/api/jobs/${S.job.id}`);
   $("sim-bar").style.width = `${Math.round(job.progress * 100)}%`;
-  $("sim-message").textContent = `${job.status}: ${job.message} (${job.seconds} s)`;
+  $("sim-message").textContent = job.summary;
   if (job.status === "running") { setTimeout(pollJob, 400); return; }
   $("sim-start").disabled = false; $("sim-cancel").disabled = true; S.job = null;
   document.body.dataset.simStatus = job.status;
@@ -452,11 +522,70 @@ function plotSimSuppression() {
 }
 
 // ------------------------------------------------------------------ load / export
-async function loadPreset(id) {
+// Edits kept in this browser (localStorage, per product and pass) so a reload does not lose
+// them: saved after every good evaluation that differs from the preset, removed when equal.
+const STORE = "das-explorer:v1:";
+const storeKeys = () => ["safetab-p", ...["US", "PR"].map((p) => `phsafe:${p}`)].map((k) => STORE + k);
+function readStored(key) {
+  try { return JSON.parse(localStorage.getItem(STORE + key)); } catch (_) { return null; }
+}
+function writeStored(key, value, preset) {
+  const same = preset !== undefined && JSON.stringify(value.state) === JSON.stringify(preset);
+  try {
+    if (same) localStorage.removeItem(STORE + key); else localStorage.setItem(STORE + key, JSON.stringify(value));
+  } catch (_) { /* storage full or disabled: edits are simply not kept */ }
+}
+function saveEdits() {
+  if (!S.preset.safetab) return;
+  if (S.safetab) writeStored("safetab-p", { preset: S.presetId, state: S.safetab }, S.preset.safetab);
+  if (S.phsafe) {
+    for (const [name, config] of Object.entries(S.phsafe.passes)) {
+      writeStored(`phsafe:${name}`, { preset: S.presetId, state: config, source: S.phsafe.source }, S.preset.phsafe.passes[name]);
+    }
+  }
+  showEdited();
+}
+function showEdited() {
+  const edited = storeKeys().filter((k) => localStorage.getItem(k) !== null).map((k) => k.slice(STORE.length));
+  $("edited-badge").hidden = !edited.length;
+  $("edited-badge").title = edited.length ? `edited: ${edited.join(", ")}; kept in this browser's local storage and restored when the page is reopened` : "";
+  $("reset-edits").disabled = !edited.length;
+}
+function forgetEdits() { for (const key of storeKeys()) localStorage.removeItem(key); }
+
+async function loadPreset(id, restore = false) {
   const p = await api(`/api/preset/${encodeURIComponent(id)}`);
-  S.safetab = p.safetab_p; S.phsafe = p.phsafe;
+  S.presetId = id;
+  try { localStorage.setItem(STORE + "preset", id); } catch (_) { /* not kept */ }
   S.preset = { safetab: clone(p.safetab_p), phsafe: clone(p.phsafe) };
-  await Promise.all([evaluateSafeTab(), evaluatePHSafe()]);
+  S.good = { safetab: null, phsafe: null };
+  S.safetab = p.safetab_p; S.phsafe = p.phsafe;
+  const restored = [];
+  if (restore) {
+    const stp = readStored("safetab-p");
+    if (stp && stp.state) { S.safetab = stp.state; restored.push("SafeTab-P"); }
+    for (const name of ["US", "PR"]) {
+      const ph = readStored(`phsafe:${name}`);
+      if (ph && ph.state) { S.phsafe.passes[name] = ph.state; S.phsafe.source = ph.source || S.phsafe.source; restored.push(`PHSafe ${name}`); }
+    }
+  }
+  const [stpOk, phOk] = await Promise.all([evaluateSafeTab(), evaluatePHSafe()]);
+  if (restore && restored.length && (!stpOk || !phOk)) {
+    // Kept edits the server now refuses (e.g. tighter engine bounds): that product's preset.
+    const message = $("error").textContent;
+    if (!stpOk) localStorage.removeItem(STORE + "safetab-p");
+    if (!phOk) ["US", "PR"].forEach((name) => localStorage.removeItem(`${STORE}phsafe:${name}`));
+    await loadPreset(id, true);
+    showError(`Edits kept in this browser could not be evaluated and were discarded (the preset is shown instead):\n${message}`);
+    return;
+  }
+  showEdited();
+  document.body.dataset.restored = restored.join(", ");
+}
+async function resetToPreset() {
+  forgetEdits();
+  clearFieldError(); showError("");
+  await loadPreset(S.presetId || $("preset").value);
 }
 async function loadPath() {
   try {
@@ -481,13 +610,17 @@ async function importFile(event) {
   } catch (error) { showError(error.message); }
   event.target.value = "";
 }
-async function exportConfig(product, config, name) {
+// The server names the file (product and pass: safetab-p-config.json, phsafe-us-config.json…).
+async function exportConfig(product, config) {
   try {
-    const text = await api("/api/export", { product, config });
-    const url = URL.createObjectURL(new Blob([text], { type: "application/json" }));
+    const response = await api("/api/export", { product, config }, true);
+    const name = /filename="([^"]+)"/.exec(response.headers.get("content-disposition") || "")[1];
+    const url = URL.createObjectURL(new Blob([await response.text()], { type: "application/json" }));
     const a = el("a", { href: url, download: name });
     document.body.append(a); a.click(); a.remove();
     setTimeout(() => URL.revokeObjectURL(url), 5000);
+    $("export-message").textContent = `Downloaded ${name}: rename it config.json to run it.`;
+    showError("");
   } catch (error) { showError(error.message); }
 }
 
@@ -501,10 +634,12 @@ function showPanel(name) {
 }
 function wire() {
   document.querySelectorAll("nav button").forEach((b) => b.addEventListener("click", () => showPanel(b.dataset.panel)));
-  $("delta").addEventListener("change", () => { evaluateSafeTab(); evaluatePHSafe(); });
-  $("stp-defn").addEventListener("change", (e) => { S.safetab.config.privacy_defn = e.target.value; evaluateSafeTab(); });
-  $("stp-fraction").addEventListener("change", (e) => { S.safetab.config.privacy_budget_p_stage_1_fraction = Number(e.target.value); evaluateSafeTab(); });
-  $("stp-suppression").addEventListener("change", (e) => { S.safetab.config.zero_suppression_chance = Number(e.target.value); evaluateSafeTab(); });
+  $("delta").addEventListener("change", (e) => { evaluateSafeTab(null, e.target); evaluatePHSafe(null, e.target); });
+  $("decimals").addEventListener("change", (e) => { evaluateSafeTab(null, e.target); });
+  $("stp-defn").addEventListener("change", (e) => { S.safetab.config.privacy_defn = e.target.value; evaluateSafeTab(null, e.target); });
+  $("stp-fraction").addEventListener("change", (e) => { S.safetab.config.privacy_budget_p_stage_1_fraction = budgetValue(e.target.value.trim()); evaluateSafeTab(null, e.target); });
+  $("stp-suppression").addEventListener("change", (e) => { S.safetab.config.zero_suppression_chance = budgetValue(e.target.value.trim()); evaluateSafeTab(null, e.target); });
+  $("reset-edits").addEventListener("click", resetToPreset);
   $("stp-workload-level").addEventListener("change", plotWorkload);
   $("stp-suppression-level").addEventListener("change", plotSuppression);
   $("ph-moe-pass").addEventListener("change", plotPhMoe);
@@ -514,7 +649,7 @@ function wire() {
   $("sim-product").addEventListener("change", () => {
     const ph = $("sim-product").value === "phsafe";
     document.querySelectorAll(".controls .ph-only").forEach((n) => { n.hidden = !ph; });
-    refreshPopulations();
+    fillPopulations();
   });
   $("sim-product").dispatchEvent(new Event("change"));
   $("synth-run").addEventListener("click", synthesize);
@@ -522,13 +657,13 @@ function wire() {
   $("sim-cancel").addEventListener("click", cancelSimulation);
   $("sim-workload-level").addEventListener("change", plotSimWorkload);
   $("sim-suppression-level").addEventListener("change", plotSimSuppression);
-  $("preset-load").addEventListener("click", () => loadPreset($("preset").value));
+  $("preset-load").addEventListener("click", () => { forgetEdits(); loadPreset($("preset").value); });
   $("load-run").addEventListener("click", loadPath);
   $("import-file").addEventListener("change", importFile);
-  $("export-safetab").addEventListener("click", () => exportConfig("safetab-p", S.safetab.config, "config.json"));
+  $("export-safetab").addEventListener("click", () => exportConfig("safetab-p", S.safetab.config));
   for (const name of ["US", "PR"]) {
     $(`export-ph-${name}`).addEventListener("click", () => S.phsafe.passes[name]
-      ? exportConfig("phsafe", S.phsafe.passes[name], "config.json") : showError(`no PHSafe ${name} pass loaded`));
+      ? exportConfig("phsafe", S.phsafe.passes[name]) : showError(`no PHSafe ${name} pass loaded`));
   }
 }
 
@@ -537,8 +672,10 @@ async function start() {
   try {
     const presets = await api("/api/presets");
     $("preset").replaceChildren(...presets.presets.map((p) => el("option", { value: p.id, text: p.name })));
-    $("preset").value = presets.default;
-    await loadPreset(presets.default);
+    const kept = localStorage.getItem(STORE + "preset");
+    const id = presets.presets.some((p) => p.id === kept) ? kept : presets.default;
+    $("preset").value = id;
+    await Promise.all([loadPreset(id, true), refreshPopulations()]);
   } catch (error) { showError(error.message); }
 }
 start();
