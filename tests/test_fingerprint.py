@@ -304,6 +304,12 @@ def test_values_outside_the_layout_are_refused_without_showing_them() -> None:
         with pytest.raises(ValueError, match=name) as raised:
             RecordFingerprint(PERSON_RECORDS).update_columns(broken)
         assert str(bad) not in str(raised.value)
+    frame = as_frame(PERSON_RECORDS, rows)
+    for name, bad in (("QSEX", 10), ("QRACE2", -1), ("TABBLK", 10_000)):
+        broken = frame.copy()
+        broken[name] = np.array([bad]).astype(frame[name].dtype)  # compact dtype, out of range
+        with pytest.raises(ValueError, match=name):
+            RecordFingerprint(PERSON_RECORDS).update_frame(broken)
     with pytest.raises(ValueError, match="integers"):
         RecordFingerprint(PERSON_RECORDS).update_columns({**columns, "QAGE": np.array([1.0])})
     with pytest.raises(ValueError, match="missing column"):

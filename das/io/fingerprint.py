@@ -197,7 +197,11 @@ class RecordFingerprint:
             return
         if not np.issubdtype(values.dtype, np.integer):
             raise ValueError(f"{where}: expected integers, got dtype {values.dtype}")
-        if n and (values.min() < 0 or values.max() > field.maximum):
+        if not n:
+            return
+        limits = np.iinfo(values.dtype)  # a bound the dtype already enforces costs no pass
+        below = limits.min < 0 and values.min() < 0
+        if below or (limits.max > field.maximum and values.max() > field.maximum):
             raise ValueError(f"{where}: values outside 0..{field.maximum} cannot be fingerprinted")
 
     # ---------------------------------------------------------------- combining
