@@ -5,6 +5,8 @@
 - :mod:`das.io.safetab_p` / :mod:`das.io.phsafe`: the layouts of each product's input files.
 - :mod:`das.io.writers`: pipe-delimited output tables, SHA-256 of files.
 - :mod:`das.io.atomic`: atomic files and output folders.
+- :mod:`das.io.fingerprint`: the canonical fingerprint of a record file (engine-form values,
+  any encoding, any row order): the privacy ledger's dataset identity.
 """
 
 from das.io.atomic import (

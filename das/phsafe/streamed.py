@@ -15,7 +15,10 @@ counting):
 
 1. :func:`spill_phsafe` — stream ``persons``, ``units`` and ``geo`` (text or Parquet) once,
    keep only what any table can use (persons in housing units, occupied housing units, each
-   geography row's state) and append it to ``buckets/<k>/{persons,units,geo}/*.bin``.
+   geography row's state) and append it to ``buckets/<k>/{persons,units,geo}/*.bin``; the
+   three files' canonical fingerprints (:mod:`das.io.fingerprint`, the privacy ledger's
+   dataset identity) are computed on the same chunks, returned and kept in
+   ``fingerprints/<name>.fingerprint``.
 2. :func:`count_bucket` — the true counts of every planned query from one bucket →
    ``counts/<k>.npz``.
 3. :func:`measure_table_streamed` (one call per table) or :func:`measure_streamed` (all) —
@@ -41,7 +44,8 @@ import pandas as pd
 
 from das.io.arrays import RawColumns
 from das.io.atomic import atomic_write_text
-from das.io.phsafe import PERSONS, iter_geo, iter_persons, iter_units
+from das.io.fingerprint import RecordFingerprint, read_fingerprints, record_fingerprint
+from das.io.phsafe import GEO, PERSONS, UNITS, iter_geo, iter_persons, iter_units
 from das.io.tables import DEFAULT_CHUNK_BYTES, estimated_rows
 from das.phsafe.engine import (
     PERSON_COLUMNS,
@@ -104,13 +108,24 @@ class PHSafeWork:
     def buckets(self) -> int:
         return int(json.loads(self.meta.read_text())["buckets"])
 
+    @property
+    def fingerprint_dir(self) -> Path:
+        return self.root / "fingerprints"
+
+    def fingerprints(self) -> dict[str, str]:
+        """Spec name → fingerprint of the inputs :func:`spill_phsafe` read ("persons", "units",
+        "geo"); confidential-data derived: never for a log or Prefect."""
+        return read_fingerprints(self.fingerprint_dir)
+
 
 @dataclass(frozen=True)
 class PHSafeSpill:
-    """What :func:`spill_phsafe` read (file row counts only: for the local log)."""
+    """What :func:`spill_phsafe` read: file row counts (for the local log only) and each
+    file's fingerprint by spec name (every record, in or out of the universes)."""
 
     buckets: int
     rows_read: dict[str, int]
+    fingerprints: dict[str, str]
 
 
 def _spill(
@@ -119,8 +134,10 @@ def _spill(
     columns: dict[str, Any],
     target: Callable[[int], RawColumns],
     buckets: int,
+    fingerprint: RecordFingerprint,
 ) -> int:
-    """Append each chunk's kept rows to their buckets; returns the rows read."""
+    """Append each chunk's kept rows to their buckets (every row into ``fingerprint``);
+    returns the rows read."""
     appenders = [target(k).appender() for k in range(buckets)]
     for appender in appenders:
         appender.__enter__()
@@ -128,6 +145,7 @@ def _spill(
     try:
         for chunk in chunks:
             rows += len(chunk)
+            fingerprint.update_frame(chunk)
             chunk = chunk.loc[keep(chunk)]
             bucket = chunk["MAFID"].to_numpy().astype(np.int64) % buckets
             order = np.argsort(bucket, kind="stable")
@@ -161,7 +179,10 @@ def spill_phsafe(
         shutil.rmtree(work.root / "buckets")
     if (work.root / "counts").exists():
         shutil.rmtree(work.root / "counts")
+    if work.fingerprint_dir.exists():
+        shutil.rmtree(work.fingerprint_dir)
     work.root.mkdir(parents=True, exist_ok=True)
+    prints = {spec.name: RecordFingerprint(spec) for spec in (PERSONS, UNITS, GEO)}
     rows = {
         "persons": _spill(
             iter_persons(paths["persons"], chunk_bytes),
@@ -169,6 +190,7 @@ def spill_phsafe(
             PERSON_SPILL,
             work.persons,
             buckets,
+            prints[PERSONS.name],
         ),
         "units": _spill(
             iter_units(paths["units"], chunk_bytes),
@@ -176,6 +198,7 @@ def spill_phsafe(
             UNIT_SPILL,
             work.units,
             buckets,
+            prints[UNITS.name],
         ),
         "geo": _spill(
             iter_geo(paths["geo"], chunk_bytes),
@@ -183,10 +206,14 @@ def spill_phsafe(
             GEO_SPILL,
             work.geo,
             buckets,
+            prints[GEO.name],
         ),
     }  # fmt: skip
+    digests = {name: fingerprint.hexdigest() for name, fingerprint in prints.items()}
+    for name, digest in digests.items():
+        record_fingerprint(work.fingerprint_dir, name, digest)
     atomic_write_text(work.meta, json.dumps({"buckets": buckets}))
-    return PHSafeSpill(buckets, rows)
+    return PHSafeSpill(buckets, rows, digests)
 
 
 def _frame(columns: RawColumns, rtype: int | None) -> pd.DataFrame:

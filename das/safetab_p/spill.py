@@ -25,6 +25,13 @@ Work folder layout (``<work>/``)::
     geography/<PASS>/regions-<GEO>.npy    REGION_IDs of GEO's entities, sorted (unicode)
     geography/<PASS>/coterminous.parquet  coterminous sets derived from the GRF-C
     spill/<SS>/{geounit,lo,hi,sexage}.bin the records of state SS
+    fingerprints/GRF-C.fingerprint        canonical fingerprints of the inputs
+    fingerprints/person-records.fingerprint  (das.io.fingerprint; the ledger's dataset identity)
+
+Both passes compute their input's fingerprint on the chunks they read anyway (no extra read):
+:func:`prepare_geography` returns the GRF-C's, :func:`spill_persons` the person file's
+(:attr:`SpillSummary.fingerprint`); both also keep it in the work folder
+(:meth:`WorkFolder.fingerprints`), for a run whose steps are separate tasks.
 """
 
 from __future__ import annotations
@@ -38,7 +45,13 @@ import numpy as np
 import pandas as pd
 
 from das.io.arrays import RawColumns
-from das.io.safetab_p import RACE_COLUMNS, block_key, iter_person_records
+from das.io.fingerprint import (
+    RecordFingerprint,
+    forget_fingerprint,
+    read_fingerprints,
+    record_fingerprint,
+)
+from das.io.safetab_p import GRF_C, PERSON_RECORDS, RACE_COLUMNS, block_key, iter_person_records
 from das.io.tables import DEFAULT_CHUNK_BYTES
 from das.safetab_p.coterminous import coterminous_sets
 from das.safetab_p.iterations import code_positions
@@ -173,6 +186,15 @@ class WorkFolder:
     def noise(self) -> Path:
         return self.root / "noise"
 
+    @property
+    def fingerprint_dir(self) -> Path:
+        return self.root / "fingerprints"
+
+    def fingerprints(self) -> dict[str, str]:
+        """Spec name → fingerprint of the inputs the passes have read so far ("GRF-C",
+        "person-records"); confidential-data derived: never for a log or Prefect."""
+        return read_fingerprints(self.fingerprint_dir)
+
 
 # ---------------------------------------------------------------------------- geography
 
@@ -216,12 +238,18 @@ class PassGeography:
         return int(entity.min()), int(entity.max()) + 1
 
 
-def prepare_geography(config: SafeTabPConfig, grfc: pd.DataFrame, work: WorkFolder) -> None:
-    """Write each enabled pass's geography maps and coterminous sets (see the module docstring).
+def prepare_geography(config: SafeTabPConfig, grfc: pd.DataFrame, work: WorkFolder) -> str:
+    """Write each enabled pass's geography maps and coterminous sets (see the module docstring);
+    returns the GRF-C's fingerprint, also kept in the work folder.
 
-    Geounits are numbered in block order, so a state's geounits, and its entities at every
-    geography but USA and AIANNH, form contiguous ranges in the engine's (sorted) order.
+    ``grfc`` is the whole GRF-C in engine form (:func:`das.io.safetab_p.read_grf_c`), so its
+    fingerprint is the file's. Geounits are numbered in block order, so a state's geounits, and
+    its entities at every geography but USA and AIANNH, form contiguous ranges in the engine's
+    (sorted) order.
     """
+    forget_fingerprint(work.fingerprint_dir, GRF_C.name)
+    fingerprint = RecordFingerprint(GRF_C)
+    fingerprint.update_frame(grfc)
     for pass_name in PASSES:
         geographies = tabulated_geographies(config, pass_name)
         folder = work.geography(pass_name)
@@ -250,6 +278,9 @@ def prepare_geography(config: SafeTabPConfig, grfc: pd.DataFrame, work: WorkFold
         sets = coterminous_sets(entities)
         sets.to_parquet(folder / "coterminous.parquet", index=False)
         (folder / "geographies.json").write_text(json.dumps([g.value for g in geographies]))
+    digest = fingerprint.hexdigest()
+    record_fingerprint(work.fingerprint_dir, GRF_C.name, digest)
+    return digest
 
 
 def load_geography(work: WorkFolder, pass_name: str) -> PassGeography | None:
@@ -281,12 +312,14 @@ def derived_sets(work: WorkFolder, pass_name: str) -> pd.DataFrame:
 
 @dataclass(frozen=True)
 class SpillSummary:
-    """What :func:`spill_persons` read: the file's row count and chunks, and the states with
-    records (no count of records in the universe: that is a true count)."""
+    """What :func:`spill_persons` read: the file's row count and chunks, the states with
+    records (no count of records in the universe: that is a true count), and the person
+    file's fingerprint (every record, in or out of the universe)."""
 
     rows_read: int
     chunks: int
     states: tuple[int, ...]
+    fingerprint: str
 
 
 def spill_persons(
@@ -299,11 +332,13 @@ def spill_persons(
     """Stream the person file into per-state spills (after :func:`prepare_geography`).
 
     Replaces any spill a previous attempt left. Vectorized per chunk; the only Python loop is
-    over the states present in a chunk.
+    over the states present in a chunk. The file's fingerprint is computed on the same chunks
+    (returned, and kept in the work folder).
     """
     spill_root = work.root / "spill"
     if spill_root.exists():
         shutil.rmtree(spill_root)
+    forget_fingerprint(work.fingerprint_dir, PERSON_RECORDS.name)
     codec = CombinationCodec(specs)
     passes = [g for g in (load_geography(work, p) for p in PASSES) if g is not None]
     keys = np.concatenate([g.blocks for g in passes]) if passes else np.zeros(0, np.int64)
@@ -313,9 +348,11 @@ def spill_persons(
     block_geounit = geounits.astype(np.int32)[order]
     rows_read = chunks = 0
     states: set[int] = set()
+    fingerprint = RecordFingerprint(PERSON_RECORDS)
     for chunk in iter_person_records(person_path, chunk_bytes):
         chunks += 1
         rows_read += len(chunk)
+        fingerprint.update_frame(chunk)
         person_keys = block_key(chunk)
         if sorted_keys.size == 0:
             continue
@@ -338,4 +375,6 @@ def spill_persons(
             mine = state == fips
             work.spill(fips).append({name: values[mine] for name, values in columns.items()})
             states.add(fips)
-    return SpillSummary(rows_read, chunks, tuple(sorted(states)))
+    digest = fingerprint.hexdigest()
+    record_fingerprint(work.fingerprint_dir, PERSON_RECORDS.name, digest)
+    return SpillSummary(rows_read, chunks, tuple(sorted(states)), digest)

@@ -10,9 +10,11 @@ Two layers over one source of rules:
   (:mod:`das.validation.specs`, :mod:`das.validation.safetab_p`, :mod:`das.validation.phsafe`).
 
 Entry points: :func:`validate_safetab_p` and :func:`validate_phsafe` return a
-:class:`ValidationReport` (``.ok``, ``.failures``, ``.to_dict()``, ``.raise_for_failures()``) and
-always leave ``report.json``, ``report.html``, GX Data Docs and ``validation.log`` in the report
-folder (default ``<data>/validation/``).
+:class:`ValidationReport` (``.ok``, ``.failures``, ``.to_dict()``, ``.raise_for_failures()``,
+``.fingerprints``: each record file's canonical fingerprint, computed on the chunks validation
+reads anyway, for the privacy ledger; curator-local like the report) and always leave
+``report.json``, ``report.html``, GX Data Docs and ``validation.log`` in the report folder
+(default ``<data>/validation/``).
 """
 
 from das.validation.phsafe import validate_phsafe

@@ -325,6 +325,7 @@ def _scan(
         on_chunk=hook(label) if hook is not None else None,
         sample_rows=context.sample_rows,
         chunk_bytes=context.chunk_bytes,
+        fingerprint=True,
         **options,
     )
     return context.add_scan(suite, scan)

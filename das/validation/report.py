@@ -214,6 +214,11 @@ class ValidationReport:
     seconds: float = 0.0
     gx_sample_rows: int = 0
     artifacts: dict[str, str] = field(default_factory=dict)
+    # Spec name -> canonical fingerprint (das.io.fingerprint) of each record file read to its
+    # end with every value converted: the dataset identity of the privacy ledger. Derived from
+    # the confidential records: report.json (curator's folder) only, never a log or Prefect.
+    # Meaningful only when ``ok``.
+    fingerprints: dict[str, str] = field(default_factory=dict)
 
     @property
     def errors(self) -> list[Failure]:
@@ -292,6 +297,7 @@ class ValidationReport:
                 ),
             },
             "artifacts": dict(self.artifacts),
+            "fingerprints": dict(sorted(self.fingerprints.items())),
             "privacy_note": (
                 "values are the input files' own text, for the curator only: keep this folder "
                 "with the confidential inputs"

@@ -69,10 +69,13 @@ class Context:
         logger.info("skipped %s: %s", check, reason)
 
     def add_scan(self, suite: Suite, scan: FileScan) -> FileScan:
-        """Record a scanned file; a file read to its end with no record at all is an error
-        (a release of zero persons or units would be a complete, plausible-looking lie)."""
+        """Record a scanned file (and its fingerprint, if it has one); a file read to its end
+        with no record at all is an error (a release of zero persons or units would be a
+        complete, plausible-looking lie)."""
         self.scans.append((suite, scan))
         self.report.files.append(scan.summary)
+        if scan.fingerprint is not None:
+            self.report.fingerprints[scan.spec.name] = scan.fingerprint
         self.ran(*(e["type"] for e in suite.expectations), RECORDS_PRESENT)
         if scan.scanned and scan.summary.rows == 0:
             self.collector.add(

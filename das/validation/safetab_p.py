@@ -93,6 +93,7 @@ def _grf_c(context: Context, data_dir: Path) -> tuple[np.ndarray | None, set[int
         retain=True,
         sample_rows=context.sample_rows,
         chunk_bytes=context.chunk_bytes,
+        fingerprint=True,
     )
     context.add_scan(suite, scan)
     if not scan.scanned:
@@ -261,6 +262,7 @@ def _persons(
         on_chunk=hook,
         sample_rows=context.sample_rows,
         chunk_bytes=context.chunk_bytes,
+        fingerprint=True,
     )
     context.add_scan(suite, scan)
     if scan.scanned:

@@ -12,6 +12,11 @@ product asks for, and keeps the Great Expectations sample:
 - up to :data:`FLAGGED_ROWS` rows the engine found breaking a suite rule, so the Data Docs show
   the same failures as the engine.
 
+With ``fingerprint=True`` it also computes the file's canonical fingerprint
+(:mod:`das.io.fingerprint`) on the same chunks, so the privacy ledger's dataset identity costs
+no extra read of the file: every spec column is converted to the integer the engine reader
+would give (:func:`engine_ints`), and a file with one value the engine would reject has none.
+
 Memory stays bounded by one chunk of strings plus the kept integer columns.
 """
 
@@ -26,7 +31,16 @@ import pandas as pd
 import pyarrow as pa
 import pyarrow.compute as pc
 
-from das.io.tables import DEFAULT_CHUNK_BYTES, InputFormatError, TableSpec, iter_raw, read_header
+from das.io.fingerprint import RecordFingerprint
+from das.io.tables import (
+    DEFAULT_CHUNK_BYTES,
+    Column,
+    InputFormatError,
+    Kind,
+    TableSpec,
+    iter_raw,
+    read_header,
+)
 from das.validation.report import MAX_ROWS, FailureCollector, FileSummary, short_value
 from das.validation.suites import (
     COLUMN_TYPES,
@@ -122,6 +136,45 @@ class ColumnView:
         indices, values = encoded
         return to_int(pa.chunked_array([values]), null_token)[indices]
 
+    def equals(self, token: str) -> np.ndarray:
+        """Which values are exactly ``token`` (on the distinct values when encoded)."""
+        encoded = self._encoded if isinstance(self._encoded, tuple) else None
+        array = self.array if encoded is None else encoded[1]
+        same = np.asarray(pc.fill_null(pc.equal(array, pa.scalar(token, array.type)), False))
+        return same if encoded is None else same[encoded[0]]
+
+
+_NULL_TOKEN = "Null"
+
+
+def engine_ints(
+    view: ColumnView, column: Column, converted: tuple[np.ndarray, str | None] | None = None
+) -> np.ndarray:
+    """The engine form of one raw column as int64 (what :func:`das.io.tables.iter_table` reads:
+    UINT its value, CODE_OR_NULL ``Null`` → 0, BOOL True → 1 / False → 0); -1 where the engine
+    reader would reject the text (not digits, out of ``minimum..maximum``, a written zero in a
+    code-or-Null column whose codes start at 1).
+
+    ``converted`` is the (values, null token) this chunk's :meth:`ColumnView.ints` already
+    gave for the column, reused when its token means the same as the engine's.
+    """
+    if column.kind is Kind.BOOL:
+        true = view.equals("True")
+        return np.where(true, 1, np.where(view.equals("False"), 0, -1)).astype(np.int64)
+    if column.kind is Kind.TEXT:
+        raise ValueError(f"column {column.name} is text: it has no integer engine form")
+    token = _NULL_TOKEN if column.kind is Kind.CODE_OR_NULL else None
+    reuse = converted is not None and converted[1] == token
+    values = converted[0] if reuse else view.ints(token)
+    ok = (values >= column.minimum) & (values <= column.maximum)
+    if column.kind is Kind.CODE_OR_NULL:
+        zero = values == 0  # Null, or a written zero (valid only if the codes start at 0)
+        if column.minimum == 0:
+            ok |= zero
+        elif zero.any():
+            ok |= view.equals(_NULL_TOKEN)
+    return np.where(ok, values, -1)
+
 
 class _Sample:
     """Systematic sample (stride doubles past the limit) plus engine-flagged rows."""
@@ -173,6 +226,9 @@ class FileScan:
     sample: pd.DataFrame | None = None
     kept: dict[str, np.ndarray] = field(default_factory=dict)
     sampled: bool = False  # the GX sample is a systematic sample, not the whole file
+    # Canonical fingerprint (das.io.fingerprint) when asked for, the file was read to its end
+    # and every value converted; confidential-data derived: report.json only, never Prefect.
+    fingerprint: str | None = None
 
     @property
     def scanned(self) -> bool:
@@ -193,6 +249,7 @@ def scan_file(
     chunk_bytes: int = DEFAULT_CHUNK_BYTES,
     spill_dir: Path | None = None,
     buckets: int = 1,
+    fingerprint: bool = False,
 ) -> FileScan:
     """Check every suite rule on every row of ``path``; return counts, sample and kept columns.
 
@@ -201,6 +258,8 @@ def scan_file(
     ``retain`` the converted columns of all chunks are kept (``FileScan.kept``, row r at index
     r - 1); otherwise they are only passed to ``on_chunk`` with the chunk's raw frame.
     With ``spill_dir``, uniqueness keys go to disk in ``buckets`` files (bounded memory).
+    With ``fingerprint``, ``FileScan.fingerprint`` is the file's canonical fingerprint (None
+    when a value does not convert or the file was not read to its end).
     """
     convert = dict(convert or {})
     summary = FileSummary(file=label, path=str(path) if path else None, gx_suite=suite.name)
@@ -236,6 +295,7 @@ def scan_file(
     ]
     sample = _Sample(sample_rows)
     kept: dict[str, list[np.ndarray]] = {name: [] for name in convert}
+    accumulator = RecordFingerprint(spec) if fingerprint else None
     rows_read = 0
     try:
         for frame in iter_raw(path, spec, chunk_bytes):
@@ -262,6 +322,8 @@ def scan_file(
             sample.add(frame)
             sample.add_flagged(frame, flagged)
             converted = {name: views[name].ints(null_token) for name, null_token in convert.items()}
+            if accumulator is not None:
+                accumulator = _fingerprint_chunk(accumulator, spec, views, converted, convert)
             if retain:
                 for name, values in converted.items():
                     kept[name].append(values)
@@ -298,7 +360,30 @@ def scan_file(
         index=frame.index,
     ).astype("str")
     scan.sampled = sample.stride > 1
+    if accumulator is not None:
+        scan.fingerprint = accumulator.hexdigest()
     return scan
+
+
+def _fingerprint_chunk(
+    accumulator: RecordFingerprint,
+    spec: TableSpec,
+    views: Mapping[str, ColumnView],
+    converted: Mapping[str, np.ndarray],
+    convert: Mapping[str, str | None],
+) -> RecordFingerprint | None:
+    """Add one chunk to the file's fingerprint; None (no fingerprint) if a value does not
+    convert to its engine form (validation reports that value through the suite)."""
+    canonical = {}
+    for column in spec.columns:
+        name = column.name
+        given = (converted[name], convert[name]) if name in converted else None
+        values = engine_ints(views[name], column, given)
+        if values.size and values.min() < 0:
+            return None
+        canonical[name] = values
+    accumulator.update_columns(canonical)
+    return accumulator
 
 
 def fill_values(collector: FailureCollector, scan: FileScan) -> None:
