@@ -167,8 +167,9 @@ class Measurement:
         max_cell_change: Any = None,
         **metadata: Any,
     ) -> Measurement:
-        """Build the measurement and its mechanism from (definition, budget, sensitivity)."""
-        mechanism = mechanism_for(_definition(definition), budget, sensitivity)
+        """Build the measurement and its mechanism from (definition, budget, sensitivity);
+        a budget outside :mod:`das.privacy.limits` is refused with the measurement's name."""
+        mechanism = mechanism_for(_definition(definition), budget, sensitivity, what=name)
         return cls(
             name=name,
             budget=budget_value(budget),
