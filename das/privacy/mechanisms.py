@@ -263,6 +263,28 @@ class GeometricMechanism:
 Mechanism = DiscreteGaussianMechanism | GeometricMechanism
 
 
+def release_draw(mechanism: Mechanism, size: int, rng: Any = None) -> np.ndarray:
+    """``size`` int64 noise values of ``mechanism``, drawn the one way a release draws them.
+
+    Every release draw goes through ``mechanism.sample_blocks``: streamed to disk block by block
+    (``NoiseStore.noise_file_for``, ``draw_noise_file``) or, for a vector held in memory
+    (``NoiseStore.noise_for``, ``draw_noise``), joined here. The privacy audit draws with this
+    function too, so it exercises the very sampler a release uses (``sample`` gives the same
+    draws in one call, for library callers; no release path uses it).
+    """
+    out = np.empty(size, dtype=np.int64)
+    filled = 0
+    for block in mechanism.sample_blocks(size, rng):
+        data = np.ascontiguousarray(block, dtype=np.int64).reshape(-1)
+        if filled + data.size > size:
+            raise ValueError(f"the block sampler gave more than the {size} values asked for")
+        out[filled : filled + data.size] = data
+        filled += data.size
+    if filled != size:
+        raise ValueError(f"the block sampler gave {filled} values, not the {size} asked for")
+    return out
+
+
 def mechanism_for(
     definition: str, budget: Any, sensitivity: Any, what: str = "budget"
 ) -> Mechanism:
