@@ -16,13 +16,14 @@ useful. So these are refused — never clipped — wherever a budget enters:
   range below.
 * :data:`SAMPLER_MAX_SIGMA_SQUARED` (2^49) and :data:`SAMPLER_MAX_SCALE` (2^40) — the noise the
   exact samplers of :mod:`das.privacy.noise` draw in 64-bit vectorized arithmetic. Measured
-  (one process, secure-source-equivalent PCG64, 10⁶ draws): the discrete Gaussian runs at
-  8.6–11 M draws/s for every σ² from 0.45 to 2^49 ≈ 5.6e14, the geometric at 17–31 M/s for
-  every scale from 1 to 2^40 ≈ 1.1e12. Beyond, both fall back to the reference algorithm in
-  Python integers — still exact, but 0.03 M/s (Gaussian) and 0.06 M/s (geometric), 300× slower
-  (a national level of 10⁸ cells would take an hour) — and their draws overflow int64 near
-  σ² ≈ 1e37 and scale ≈ 1e18 (``OverflowError``). A mechanism is never built from a budget
-  whose noise lies outside this range, whatever its sensitivity.
+  (one process, 10⁶ draws, secure source and seeded PCG64, other jobs on the second core): the
+  discrete Gaussian runs at 7–12 M draws/s for every σ² from 0.45 to 2^49 ≈ 5.6e14, the
+  geometric at 17–31 M/s for every scale from 1 to 2^40 ≈ 1.1e12. Beyond, both fall back to the
+  reference algorithm in Python integers — still exact, but 0.026–0.032 M/s (Gaussian) and
+  0.046–0.062 M/s (geometric), some 300× slower (a national level of 10⁸ cells would take about
+  an hour) — and their draws overflow int64 near σ² ≈ 1e37 and scale ≈ 1e18
+  (``OverflowError``). A mechanism is never built from a budget whose noise lies outside this
+  range, whatever its sensitivity.
 
 ``Infinity`` (no noise: golden tests, labelled NOT-PRIVATE and refused in production by the run
 policy) and 0 (the query is not measured) are not budgets these limits apply to.
