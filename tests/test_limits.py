@@ -202,6 +202,14 @@ def test_phsafe_limits(tmp_path: Path) -> None:
     small, total = _problems(caught)
     assert "PH2.usa_*: ρ 1e-300 is below the smallest per-query budget (ρ ≥ 1e-9)" in small
     assert "the pass (its queries' budgets summed): ρ 10.09 is above" in total
+    data["privacy_budget"]["PH9"] = {"usa_*": 1}  # other problems are reported beside them
+    data["privacy_budget"]["PH4"]["usa_*"] = -1
+    with pytest.raises(ConfigError) as caught:
+        parse_phsafe_config(data, "mixed")
+    problems = _problems(caught)
+    assert len(problems) == 4
+    assert any("unknown table 'PH9'" in line for line in problems)
+    assert any("PH4.usa_*: must be >= 0" in line for line in problems)
 
     config = load_phsafe_config(PHSAFE_DEMO)
     assert config.pass_total() == compose(plan_phsafe(config)) == Fraction("1.257281")

@@ -468,10 +468,11 @@ class PHSafeConfig(BaseModel):
     def _parse_budgets(cls, value: Any, info: ValidationInfo) -> dict[PHSafeQueryKey, Budget]:
         if not isinstance(value, dict):
             raise ValueError("must be an object keyed by table name")
-        parsed = _phsafe_budgets(value)
+        parsed, problems = _phsafe_budgets(value)
         definition = info.data.get("privacy_defn")
         if definition is not None:  # otherwise the definition's own problem is reported
-            _raise_problems(_phsafe_limit_problems(parsed, definition))
+            problems += _phsafe_limit_problems(parsed, definition)
+        _raise_problems(problems)
         return parsed
 
     @field_validator("tau", mode="before")
@@ -520,8 +521,8 @@ class PHSafeConfig(BaseModel):
         return _sum_budgets(list(self.privacy_budget.values()))
 
 
-def _phsafe_budgets(value: dict[Any, Any]) -> dict[PHSafeQueryKey, Budget]:
-    """The ``privacy_budget`` object parsed; every problem reported, one per line."""
+def _phsafe_budgets(value: dict[Any, Any]) -> tuple[dict[PHSafeQueryKey, Budget], list[str]]:
+    """The budgets of the ``privacy_budget`` object that parse, and a line per problem."""
     parsed: dict[PHSafeQueryKey, Budget] = {}
     problems = []
     for table, levels in value.items():
@@ -554,8 +555,7 @@ def _phsafe_budgets(value: dict[Any, Any]) -> dict[PHSafeQueryKey, Budget]:
                 parsed[query] = _budget(raw)
             except ValueError as exc:
                 problems.append(f"{table}.{key}: {exc}")
-    _raise_problems(problems)
-    return parsed
+    return parsed, problems
 
 
 def _phsafe_limit_problems(budgets: dict[PHSafeQueryKey, Budget], definition: str) -> list[str]:
