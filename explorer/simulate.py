@@ -48,6 +48,7 @@ from das.postprocess.phsafe import postprocess_phsafe
 from das.privacy import calculators
 from das.privacy.accounting import Measurement
 from das.privacy.distributions import margin_of_error, suppression_threshold
+from das.privacy.mechanisms import release_draw
 from das.privacy.rng import seeded_rng
 from das.safetab_p.coterminous import coterminous_sets
 from das.safetab_p.engine import run_safetab_p
@@ -192,7 +193,7 @@ class _Recorder:
         self.draws: dict[str, np.ndarray] = {}
 
     def noise_for(self, measurement: Measurement, size: int, accountant: Any) -> np.ndarray:
-        noise = np.asarray(measurement.mechanism.sample(size, self.rng), dtype=np.int64)
+        noise = release_draw(measurement.mechanism, size, self.rng)  # as a release draws
         self.draws[measurement.name] = noise
         return noise
 

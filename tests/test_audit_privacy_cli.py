@@ -71,7 +71,7 @@ def test_phsafe_production_config(census_specs: Path, capsys) -> None:
 @pytest.mark.slow
 def test_self_test_json(capsys) -> None:
     result = _json(capsys, ["audit-privacy", "self-test", "--seed", "7", "--json"])
-    assert len(result["variants"]) == 6
+    assert len(result["variants"]) == 7
     for variant in result["variants"]:
         assert {"name", "claimed", "lower_bound", "detected"} <= set(variant)
         assert variant["detected"] is True and variant["lower_bound"] > variant["claimed"]

@@ -185,6 +185,21 @@ def test_api_reports_every_config_problem(client: TestClient, preset: dict) -> N
     assert "stage_1_fraction" in error and "zero_suppression_chance" in error
 
 
+def test_api_refuses_absurd_budgets_with_the_limits_message(
+    client: TestClient, preset: dict
+) -> None:
+    """The explorer parses with the same config parser: 1e300 and 1e-300 are refused."""
+    headers = {"X-Explorer-Token": "secret"}
+    state = json.loads(json.dumps(preset["safetab_p"]))
+    state["config"]["privacy_budget_p_level_2_county"] = 1e300
+    state["config"]["privacy_budget_p_level_2_tract"] = 1e-300
+    response = client.post("/api/safetab-p/evaluate", headers=headers, json={"state": state})
+    assert response.status_code == 422
+    error = response.json()["error"]
+    assert "privacy_budget_p_level_2_county: ρ 1e300 is above the largest total" in error
+    assert "privacy_budget_p_level_2_tract (1e-300), its stage-1 query" in error
+
+
 def test_truncation_profile_counts_what_truncation_drops() -> None:
     generator = np.random.default_rng(4)
     persons = pd.DataFrame(

@@ -20,6 +20,7 @@ from das.offline import configure_offline
 configure_offline()
 
 from prefect_fixtures import artifacts, assert_rejected_before_noise  # noqa: E402
+from toy_configs import phsafe_toy_config  # noqa: E402
 
 import tasks.phsafe as phsafe_tasks  # noqa: E402
 from das.cli import main as das_main  # noqa: E402
@@ -97,7 +98,8 @@ def test_toy_inputs_are_rejected_by_validation_before_any_noise(
     tmp_path: Path, count_samples: list[str]
 ) -> None:
     out = tmp_path / "out"
-    assert _run(TOY / "config_zcdp.json", TOY, out, "--seed", "1", "--run-id", "v") == 1
+    config = phsafe_toy_config("zcdp", tmp_path)  # the toy's budgets within the limits
+    assert _run(config, TOY, out, "--seed", "1", "--run-id", "v") == 1
     audit = assert_rejected_before_noise(out, "v", count_samples)
     assert audit["ledger"] == {"partitions": {}} and audit["outputs"] is None
     assert not list(out.glob("PH*"))

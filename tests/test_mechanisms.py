@@ -42,7 +42,9 @@ def test_geometric_noise_from_budget_is_exact() -> None:
 
 @pytest.mark.parametrize("cls", [DiscreteGaussianMechanism, GeometricMechanism])
 def test_budget_round_trip_for_awkward_fractions(cls) -> None:
-    for budget in (Fraction(1, 3), Fraction("0.000022"), Fraction(10**9, 7), Fraction(22, 7)):
+    # Large numerators and denominators, within the per-pass ceiling (ρ ≤ 10, ε ≤ 30).
+    large = Fraction(10**9 - 1, 10**8 + 7)
+    for budget in (Fraction(1, 3), Fraction("0.000022"), large, Fraction(22, 7)):
         for sensitivity in (1, 2, 22, Fraction(3, 2)):
             assert cls.from_budget(budget, sensitivity).privacy_function(sensitivity) == budget
 

@@ -6,6 +6,7 @@ from pathlib import Path
 
 import numpy as np
 import pytest
+from toy_configs import phsafe_toy_config
 
 from das.io.phsafe import input_paths, read_geo, read_persons, read_units
 from das.phsafe.engine import (
@@ -56,7 +57,7 @@ def _compare(config, data: Path, tmp_path: Path, buckets: int) -> int:
 def test_bucketed_release_is_byte_identical_on_the_census_toy(
     definition: str, buckets: int, tmp_path: Path
 ) -> None:
-    config = load_phsafe_config(TOY / f"config_{definition}.json")
+    config = load_phsafe_config(phsafe_toy_config(definition, tmp_path / "config"))
     assert _compare(config, TOY, tmp_path, buckets) == 11
 
 

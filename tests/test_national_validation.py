@@ -9,6 +9,7 @@ from pathlib import Path
 
 import pandas as pd
 import pytest
+from toy_configs import phsafe_toy_config
 
 import das.validation.phsafe as phsafe_validation
 from das.synth import generate_phsafe
@@ -66,7 +67,7 @@ def test_census_toy_report_is_the_same_in_buckets(
 ) -> None:
     inputs = tmp_path / "toy"
     shutil.copytree(TOY, inputs)
-    shutil.copy(TOY / "config_zcdp.json", inputs / "config.json")
+    shutil.copy(phsafe_toy_config("zcdp", tmp_path / "config"), inputs / "config.json")
     assert _report(inputs, tmp_path / "a", 10**9, monkeypatch) == _report(
         inputs, tmp_path / "b", 1, monkeypatch
     )

@@ -11,6 +11,7 @@ import pandas as pd
 import pytest
 from hypothesis import given
 from hypothesis import strategies as st
+from toy_configs import phsafe_toy_config
 
 from das.phsafe.engine import run_phsafe, table_path, write_release
 from das.phsafe.tables import SHELLS
@@ -300,9 +301,9 @@ def toy_inputs():
     return read_persons(paths["persons"]), read_units(paths["units"]), read_geo(paths["geo"])
 
 
-@pytest.mark.parametrize("config_name", ["config_zcdp.json", "config_puredp.json"])
-def test_toy_inputs_end_to_end(toy_inputs, config_name: str, tmp_path: Path) -> None:
-    config = load_phsafe_config(TOY / config_name)
+@pytest.mark.parametrize("definition", ["zcdp", "puredp"])
+def test_toy_inputs_end_to_end(toy_inputs, definition: str, tmp_path: Path) -> None:
+    config = load_phsafe_config(phsafe_toy_config(definition, tmp_path / "config"))
     release = run_phsafe(config, *toy_inputs, rng=seeded_rng(2020))
     written = write_release(release, tmp_path / "out")
     assert set(written) == set(release.tables)

@@ -7,6 +7,7 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 import pytest
+from toy_configs import phsafe_toy_config
 
 from das.phsafe.tables import SHELLS
 from das.postprocess.phsafe import postprocess_phsafe
@@ -19,7 +20,7 @@ AVERAGE_COLUMNS = [*COUNT_COLUMNS, "NUMERATOR_ESTIMATE", "DENOMINATOR_ESTIMATE",
 
 
 @pytest.fixture(scope="module")
-def toy_release():
+def toy_release(tmp_path_factory: pytest.TempPathFactory):
     if not TOY.is_dir():
         pytest.skip("shared census specs not available")
     from das.io.phsafe import input_paths, read_geo, read_persons, read_units
@@ -28,7 +29,7 @@ def toy_release():
     from das.specs.config import load_phsafe_config
 
     paths = input_paths(TOY)
-    config = load_phsafe_config(TOY / "config_zcdp.json")
+    config = load_phsafe_config(phsafe_toy_config("zcdp", tmp_path_factory.mktemp("toy")))
     inputs = read_persons(paths["persons"]), read_units(paths["units"]), read_geo(paths["geo"])
     return config, run_phsafe(config, *inputs, rng=seeded_rng(2020)).tables
 

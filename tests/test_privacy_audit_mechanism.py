@@ -15,8 +15,14 @@ from hypothesis import strategies as st
 from das.privacy import conversions
 from das.privacy.mechanisms import DiscreteGaussianMechanism, GeometricMechanism
 from das.privacy.noise import seeded_rng
+from das.privacy_audit import neighbours
 from das.privacy_audit.audit import Family, run_audit
-from das.privacy_audit.broken import noise_halved, run_self_test
+from das.privacy_audit.broken import (
+    BlockSamplerHalved,
+    _mechanism_variant,
+    noise_halved,
+    run_self_test,
+)
 from das.privacy_audit.mechanism import audit_mechanism, fewest_squares, neighbour_moves
 from das.privacy_audit.neighbours import AdaptiveGroups, MovedQuery, simulate
 
@@ -92,12 +98,54 @@ def test_self_test_detects_every_broken_variant() -> None:
         "geometric/sensitivity-understated",
         "discrete-gaussian/noise-halved",
         "discrete-gaussian/sensitivity-understated",
+        "discrete-gaussian/block-sampler-halved",
         "safetab-p/stability-understated",
         "phsafe/sensitivity-understated",
     ]
     for variant in report.variants:
         assert variant.detected and variant.lower_bound > variant.claimed
         assert variant.realised > variant.claimed  # the bug is real: more loss than claimed
+
+
+def test_the_audit_draws_with_the_release_path_never_sample(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """Every audit draw goes through ``release_draw`` (``sample_blocks``, as the noise store):
+    with ``sample`` made to raise, single mechanisms and SafeTab-P's adaptive groups still run."""
+
+    def forbidden(self, *args, **kwargs):
+        raise AssertionError("the audit drew with sample(), which no release uses")
+
+    for cls in (DiscreteGaussianMechanism, GeometricMechanism):
+        monkeypatch.setattr(cls, "sample", forbidden)
+    for kind, budget, sensitivity in (("geometric", 1, 1), ("discrete-gaussian", "0.1431", 3)):
+        assert audit_mechanism(kind, budget, sensitivity, 2_000, rng=seeded_rng(1)).ok
+    groups = AdaptiveGroups(
+        "level", DiscreteGaussianMechanism(50), DiscreteGaussianMechanism(8),
+        thresholds=[0, 10, 20], totals=[5, 25], total_delta=[1, 1],
+        cell_delta=np.ones((2, 4, 1), dtype=np.int64),
+    )  # fmt: skip
+    assert simulate((groups,), 1, 1_000, seeded_rng(2)).shape == (1_000,)
+
+
+def test_a_halved_block_sampler_is_caught_and_only_through_the_release_path(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """The self-test's variant: ``sample`` correct, ``sample_blocks`` with half the scale.
+    The audit catches it; an audit drawing with ``sample`` would have passed it."""
+    broken = BlockSamplerHalved(36)
+    assert broken.sample(10, seeded_rng(1)).tolist() == (
+        DiscreteGaussianMechanism(36).sample(10, seeded_rng(1)).tolist()
+    )
+    halved = next(DiscreteGaussianMechanism(9).sample_blocks(10, seeded_rng(1)))
+    assert next(broken.sample_blocks(10, seeded_rng(1))).tolist() == halved.tolist()
+
+    args = ("discrete-gaussian", "block-sampler-halved", 200_000, 0.95, 1e-10)
+    caught = _mechanism_variant(*args, seeded_rng(3))
+    assert caught.detected and caught.lower_bound > 1.0 and caught.realised == 2.0
+    monkeypatch.setattr(neighbours, "release_draw", lambda m, n, rng: m.sample(n, rng))
+    missed = _mechanism_variant(*args, seeded_rng(3))
+    assert not missed.detected and missed.lower_bound <= missed.claimed == 0.5
 
 
 def test_the_correct_copies_of_the_self_test_are_not_flagged() -> None:

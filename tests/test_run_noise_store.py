@@ -41,14 +41,15 @@ def _store(tmp_path: Path, total: Fraction = Fraction(1), seed: int = 4) -> Nois
 
 @pytest.fixture
 def sampler_calls(monkeypatch: pytest.MonkeyPatch) -> list[int]:
+    """Sizes of the draws (the release's one draw path: ``sample_blocks``)."""
     calls: list[int] = []
-    original = DiscreteGaussianMechanism.sample
+    original = DiscreteGaussianMechanism.sample_blocks
 
-    def counting(self, size, rng=None):
+    def counting(self, size, rng=None, *args, **kwargs):
         calls.append(int(size))
-        return original(self, size, rng)
+        return original(self, size, rng, *args, **kwargs)
 
-    monkeypatch.setattr(DiscreteGaussianMechanism, "sample", counting)
+    monkeypatch.setattr(DiscreteGaussianMechanism, "sample_blocks", counting)
     return calls
 
 
@@ -144,6 +145,31 @@ def test_draw_noise_routes_providers_and_draws_plain_rngs_itself(tmp_path: Path)
     assert plain.get(m.name).noise_digest == noise_digest(direct)
     unrecorded = draw_noise(m, 6, seeded_rng(1), None)  # library use: no ledger
     assert np.array_equal(unrecorded, direct)
+
+
+def test_every_release_draw_goes_through_the_block_sampler(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The store (in memory and streamed) and draw_noise never call ``sample``: the audit,
+    which draws with ``release_draw`` too, exercises exactly what a release draws with. The
+    draws are still exactly ``sample``'s for the same source state."""
+    from das.privacy.accounting import draw_noise
+    from das.privacy.rng import seeded_rng
+
+    m = _measurement()
+    expected = m.mechanism.sample(5_000_000, seeded_streams(4)(m))  # more than one block
+
+    def forbidden(self, *args, **kwargs):
+        raise AssertionError("a release path drew with sample()")
+
+    monkeypatch.setattr(DiscreteGaussianMechanism, "sample", forbidden)
+    store = _store(tmp_path)
+    assert np.array_equal(store.noise_for(m, 5_000_000, store.accountant), expected)
+    streamed = _store(tmp_path / "streamed")
+    assert np.array_equal(streamed.noise_file_for(m, 5_000_000, streamed.accountant), expected)
+    plain = draw_noise(m, 1000, seeded_rng(3), None)
+    assert np.array_equal(plain, DiscreteGaussianMechanism.sample_blocks(
+        m.mechanism, 1000, seeded_rng(3)).__next__())  # fmt: skip
 
 
 def test_run_folder_layout_and_ids(tmp_path: Path) -> None:

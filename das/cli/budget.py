@@ -1,4 +1,10 @@
-"""`das budget ...`: the SafeTEx / PHExplore calculators and the budget report of a config."""
+"""`das budget ...`: the SafeTEx / PHExplore calculators and the budget report of a config.
+
+A budget given on the command line (``--rho``), and the budget a target ``--moe`` asks for,
+are held to the limits of :mod:`das.privacy.limits` like a config's: at most a pass's ceiling,
+the measured stage's share at least the per-query floor, its noise within the exact samplers'
+range. Anything refused or unreadable is one line on stderr and exit status 2.
+"""
 
 from __future__ import annotations
 
@@ -6,15 +12,29 @@ import argparse
 import json
 import math
 import sys
+from collections.abc import Callable
+from fractions import Fraction
 from typing import Any
 
 from das.budget.report import budget_report, render_budget_report
 from das.cli.arguments import resolved_path
 from das.privacy import calculators, conversions
 from das.privacy.exact import to_fraction
+from das.privacy.limits import (
+    MAX_PASS_TOTAL,
+    MIN_QUERY_BUDGET,
+    BudgetLimitError,
+    check_noise,
+    check_query_budget,
+    query_ceiling_problem,
+    query_floor_problem,
+    show,
+)
+from das.privacy.mechanisms import ZCDP
 from das.specs.config import ConfigError
 
 DEFAULT_DELTA = 1e-10
+Handler = Callable[[argparse.Namespace], int]
 
 
 def register(subparsers: argparse._SubParsersAction) -> None:
@@ -40,7 +60,7 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     convert.add_argument("--rho", required=True)
     convert.add_argument("--delta", type=float, default=DEFAULT_DELTA)
     convert.add_argument("--json", action="store_true")
-    convert.set_defaults(handler=_convert)
+    convert.set_defaults(handler=_guarded(_convert))
 
     moe = commands.add_parser(
         "moe", help="budget for a target MOE (--moe), or the MOE of a budget (--rho)"
@@ -54,7 +74,7 @@ def register(subparsers: argparse._SubParsersAction) -> None:
         "--stage-fraction", default="1", help="share of the total spent by the measured stage"
     )
     moe.add_argument("--json", action="store_true")
-    moe.set_defaults(handler=_moe)
+    moe.set_defaults(handler=_guarded(_moe))
 
     suppression = commands.add_parser("suppression", help="zero-suppression threshold T")
     suppression.add_argument("--rho", required=True, help="total ρ of the level")
@@ -66,13 +86,65 @@ def register(subparsers: argparse._SubParsersAction) -> None:
         "--sensitivity", required=True, help="L2 sensitivity (3 for SafeTab-P)"
     )
     suppression.add_argument("--json", action="store_true")
-    suppression.set_defaults(handler=_suppression)
+    suppression.set_defaults(handler=_guarded(_suppression))
 
     swap = commands.add_parser("swap-epsilon", help="ε of permutation swapping (Theorem 5.6)")
     swap.add_argument("--b", type=int, required=True, help="largest stratum size")
     swap.add_argument("--rate", required=True, help="swap rate p in [0, 1]")
     swap.add_argument("--json", action="store_true")
-    swap.set_defaults(handler=_swap_epsilon)
+    swap.set_defaults(handler=_guarded(_swap_epsilon))
+
+
+def _guarded(handler: Handler) -> Handler:
+    """The calculator ``handler``, with bad or refused input as one line on stderr, exit 2."""
+
+    def run(args: argparse.Namespace) -> int:
+        try:
+            return handler(args)
+        except (ValueError, ArithmeticError, TypeError) as exc:
+            print(f"das budget {args.budget_command}: error: {exc}", file=sys.stderr)
+            return 2
+
+    return run
+
+
+def _level_rho(
+    text: str, flag: str, share: Fraction = Fraction(1), sensitivity: Fraction | None = None
+) -> Fraction:
+    """The ρ of a level (or pass) from the command line, within :mod:`das.privacy.limits`:
+    the total at most the ceiling, the measured stage (``share`` of it) at least the floor,
+    and, given the sensitivity, its noise σ² = Δ²/(2·share·ρ) within the samplers' range."""
+    rho = to_fraction(text, name=flag, positive=True)
+    what = f"{flag} {text}"
+    check_query_budget(ZCDP, rho, what)
+    if share != 1:
+        stage = f"{what} × stage fraction {show(share)}"
+        problem = query_floor_problem(ZCDP, rho * share, stage)
+        if problem is not None:
+            raise BudgetLimitError(problem)
+    if sensitivity is not None:
+        check_noise(ZCDP, rho * share, sensitivity * sensitivity / (2 * rho * share), what)
+    return rho
+
+
+def _needed_rho(rho: float, rho_total: float, what: str) -> None:
+    """Refuse the budget a target MOE needs when it lies outside the limits."""
+    total = to_fraction(rho_total, name=what, allow_infinite=True)
+    if isinstance(total, float):  # beyond a double
+        ceiling = show(MAX_PASS_TOTAL[ZCDP])
+        raise BudgetLimitError(
+            f"{what}: ρ would be beyond double precision, above the largest total a pass may "
+            f"spend (ρ ≤ {ceiling})"
+        )
+    stage = to_fraction(rho, name=what)
+    if stage <= 0:  # underflowed
+        floor = show(MIN_QUERY_BUDGET[ZCDP])
+        raise BudgetLimitError(
+            f"{what}: ρ would underflow to 0, below the smallest per-query budget (ρ ≥ {floor})"
+        )
+    problem = query_ceiling_problem(ZCDP, total, what) or query_floor_problem(ZCDP, stage, what)
+    if problem is not None:
+        raise BudgetLimitError(problem)
 
 
 def _json_safe(value: Any) -> Any:
@@ -104,7 +176,7 @@ def _report(args: argparse.Namespace) -> int:
 
 
 def _convert(args: argparse.Namespace) -> int:
-    rho = to_fraction(args.rho)
+    rho = _level_rho(args.rho, "--rho")
     result = {
         "epsilon_analytic": conversions.zcdp_to_approx_dp_analytic(rho, args.delta),
         "epsilon_optimal": conversions.zcdp_to_approx_dp_optimal(rho, args.delta),
@@ -118,33 +190,36 @@ def _convert(args: argparse.Namespace) -> int:
 
 
 def _moe(args: argparse.Namespace) -> int:
-    sensitivity = to_fraction(args.sensitivity)
-    fraction = to_fraction(args.stage_fraction)
+    sensitivity = to_fraction(args.sensitivity, name="--sensitivity", positive=True)
+    fraction = to_fraction(args.stage_fraction, name="--stage-fraction", positive=True)
     if args.moe is not None:
-        rho, rho_total = calculators.rho_for_moe(
-            args.moe, args.confidence, sensitivity, stage_fraction=fraction
-        )
+        try:
+            rho, rho_total = calculators.rho_for_moe(
+                args.moe, args.confidence, sensitivity, stage_fraction=fraction
+            )
+        except ZeroDivisionError:  # MOE² underflows: the budget would be beyond any limit
+            rho, rho_total = math.inf, math.inf
+        _needed_rho(rho, rho_total, f"the budget for --moe {args.moe:g}")
         result = {"rho": float(rho), "rho_total": float(rho_total)}
         text = (
             f"MOE {args.moe:g} at {args.confidence:.0%} (L2 sensitivity {args.sensitivity}): "
             f"rho for the stage = {result['rho']:.6f}, total rho = {result['rho_total']:.6f}"
         )
     else:
-        moe = calculators.moe_for_rho(
-            to_fraction(args.rho), args.confidence, sensitivity, stage_fraction=fraction
-        )
+        rho = _level_rho(args.rho, "--rho", fraction, sensitivity)
+        moe = calculators.moe_for_rho(rho, args.confidence, sensitivity, stage_fraction=fraction)
         result = {"moe": float(moe)}
         text = f"rho {args.rho} at {args.confidence:.0%}: MOE = {result['moe']:.2f}"
     return _emit(args, result, text)
 
 
 def _suppression(args: argparse.Namespace) -> int:
-    threshold = calculators.suppression_threshold(
-        to_fraction(args.rho),
-        to_fraction(args.stage1_fraction),
-        args.p,
-        to_fraction(args.sensitivity),
-    )
+    gamma = to_fraction(args.stage1_fraction, name="--stage1-fraction", nonnegative=True)
+    sensitivity = to_fraction(args.sensitivity, name="--sensitivity", positive=True)
+    if gamma >= 1:
+        raise ValueError(f"Invalid --stage1-fraction: {args.stage1_fraction} (need 0 <= f < 1)")
+    rho = _level_rho(args.rho, "--rho", 1 - gamma, sensitivity)  # the stage-2 noise
+    threshold = calculators.suppression_threshold(rho, gamma, args.p, sensitivity)
     if threshold is None:  # p = 0: every row is published
         return _emit(args, {"threshold": None}, "p = 0: no zero suppression (every row kept)")
     return _emit(args, {"threshold": int(threshold)}, f"suppression threshold T = {threshold}")

@@ -57,6 +57,7 @@ from das.privacy.mechanisms import (
     mechanism_for,
     mechanism_from_dict,
     parse_fraction_text,
+    release_draw,
 )
 
 LEDGER_FORMAT = "das-privacy-ledger/1"
@@ -167,8 +168,9 @@ class Measurement:
         max_cell_change: Any = None,
         **metadata: Any,
     ) -> Measurement:
-        """Build the measurement and its mechanism from (definition, budget, sensitivity)."""
-        mechanism = mechanism_for(_definition(definition), budget, sensitivity)
+        """Build the measurement and its mechanism from (definition, budget, sensitivity);
+        a budget outside :mod:`das.privacy.limits` is refused with the measurement's name."""
+        mechanism = mechanism_for(_definition(definition), budget, sensitivity, what=name)
         return cls(
             name=name,
             budget=budget_value(budget),
@@ -266,7 +268,7 @@ def draw_noise(
         return np.asarray(provider(measurement, size, accountant), dtype=np.int64)
     if accountant is not None:
         accountant.charge(measurement)
-    noise = np.ascontiguousarray(measurement.mechanism.sample(size, rng), dtype=np.int64)
+    noise = release_draw(measurement.mechanism, size, rng)  # the blocks of sample_blocks
     if accountant is not None:
         accountant.record(measurement, noise_digest(noise))
     return noise
@@ -308,7 +310,7 @@ class PrivacyAccountant:
     """The ledger of one pass under one privacy definition, with an exact budget limit.
 
     Typical use, per query: ``accountant.charge(m)`` (refuses before any noise is drawn), draw
-    with ``m.mechanism.sample(...)``, persist the noisy values, then
+    with ``release_draw(m.mechanism, ...)``, persist the noisy values, then
     ``accountant.record(m, digest)``. On a rerun, load the ledger (:meth:`from_dict`) and call
     :meth:`reuse` for a query already drawn: it returns the entry (whose digest identifies the
     stored values) instead of letting the query be drawn — and charged — twice. A measurement

@@ -14,6 +14,9 @@ with a huge denominator *up* to fit 64-bit arithmetic (``noise.effective_sigma_s
 A zero noise parameter means "no noise"
 (privacy loss ∞); it is what an infinite budget (JSON ``Infinity`` in a config, used by golden
 tests) buys. A budget of exactly 0 is refused: a zero-budget query is not run at all.
+A mechanism built from a finite budget (``from_budget``, :func:`mechanism_for`) is refused when
+the budget exceeds what a whole pass may spend, or its noise lies beyond what the exact
+samplers draw in reasonable time (:mod:`das.privacy.limits`).
 """
 
 from __future__ import annotations
@@ -29,6 +32,7 @@ import numpy as np
 from das.privacy import noise
 from das.privacy.distributions import DiscreteGaussian, TwoSidedGeometric
 from das.privacy.exact import to_fraction
+from das.privacy.limits import BudgetLimitError, noise_problem, query_ceiling_problem
 
 Budget = Fraction | float  # an exact Fraction, or math.inf meaning "no noise"
 
@@ -61,15 +65,29 @@ def _sensitivity(value: Any) -> Fraction:
     return parsed
 
 
-def _budget_for_noise(budget: Any, sensitivity: Any) -> tuple[Budget, Fraction]:
-    """Validate the inputs of ``from_budget``: budget > 0 (or ∞) and sensitivity > 0."""
+def _budget_for_noise(
+    definition: str, budget: Any, sensitivity: Any, what: str
+) -> tuple[Budget, Fraction]:
+    """Validate the inputs of ``from_budget``: budget > 0 (or ∞) and sensitivity > 0, and a
+    finite budget no larger than a whole pass may spend (:mod:`das.privacy.limits`)."""
     parsed = budget_value(budget)
     delta = _sensitivity(sensitivity)
     if parsed == 0:
         raise ValueError("Invalid budget: 0 (a zero-budget query is not run; drop it instead)")
     if delta == 0:
         raise ValueError("Invalid sensitivity: 0 (a query that ignores its input needs no noise)")
+    problem = query_ceiling_problem(definition, parsed, what)
+    if problem is not None:
+        raise BudgetLimitError(problem)
     return parsed, delta
+
+
+def _within_sampler(definition: str, budget: Budget, noise_parameter: Fraction, what: str) -> None:
+    """Refuse noise the exact samplers cannot draw in reasonable time (whatever Δ: the config
+    floor keeps it far away, this is the exact check for the query's own sensitivity)."""
+    problem = noise_problem(definition, budget, noise_parameter, what)
+    if problem is not None:
+        raise BudgetLimitError(problem)
 
 
 def fraction_text(value: Budget) -> str:
@@ -106,12 +124,20 @@ class DiscreteGaussianMechanism:
         object.__setattr__(self, "sigma_squared", value)
 
     @classmethod
-    def from_budget(cls, budget: Any, sensitivity: Any) -> DiscreteGaussianMechanism:
-        """σ² = Δ²/(2ρ) for budget ρ and L2 sensitivity Δ (∞ budget: no noise)."""
-        rho, delta = _budget_for_noise(budget, sensitivity)
+    def from_budget(
+        cls, budget: Any, sensitivity: Any, what: str = "budget"
+    ) -> DiscreteGaussianMechanism:
+        """σ² = Δ²/(2ρ) for budget ρ and L2 sensitivity Δ (∞ budget: no noise).
+
+        Raises :class:`~das.privacy.limits.BudgetLimitError` (a ValueError, message led by
+        ``what``) for ρ above a pass's ceiling or σ² beyond the samplers' fast exact range.
+        """
+        rho, delta = _budget_for_noise(cls.definition, budget, sensitivity, what)
         if isinstance(rho, float):
             return cls(Fraction(0))
-        return cls(delta * delta / (2 * rho))
+        sigma_squared = delta * delta / (2 * rho)
+        _within_sampler(cls.definition, rho, sigma_squared, what)
+        return cls(sigma_squared)
 
     @property
     def adds_noise(self) -> bool:
@@ -176,12 +202,18 @@ class GeometricMechanism:
         object.__setattr__(self, "scale", value)
 
     @classmethod
-    def from_budget(cls, budget: Any, sensitivity: Any) -> GeometricMechanism:
-        """b = Δ/ε for budget ε and L1 sensitivity Δ (∞ budget: no noise)."""
-        epsilon, delta = _budget_for_noise(budget, sensitivity)
+    def from_budget(cls, budget: Any, sensitivity: Any, what: str = "budget") -> GeometricMechanism:
+        """b = Δ/ε for budget ε and L1 sensitivity Δ (∞ budget: no noise).
+
+        Raises :class:`~das.privacy.limits.BudgetLimitError` (a ValueError, message led by
+        ``what``) for ε above a pass's ceiling or a scale beyond the samplers' fast exact range.
+        """
+        epsilon, delta = _budget_for_noise(cls.definition, budget, sensitivity, what)
         if isinstance(epsilon, float):
             return cls(Fraction(0))
-        return cls(delta / epsilon)
+        scale = delta / epsilon
+        _within_sampler(cls.definition, epsilon, scale, what)
+        return cls(scale)
 
     @property
     def adds_noise(self) -> bool:
@@ -231,17 +263,42 @@ class GeometricMechanism:
 Mechanism = DiscreteGaussianMechanism | GeometricMechanism
 
 
-def mechanism_for(definition: str, budget: Any, sensitivity: Any) -> Mechanism:
+def release_draw(mechanism: Mechanism, size: int, rng: Any = None) -> np.ndarray:
+    """``size`` int64 noise values of ``mechanism``, drawn the one way a release draws them.
+
+    Every release draw goes through ``mechanism.sample_blocks``: streamed to disk block by block
+    (``NoiseStore.noise_file_for``, ``draw_noise_file``) or, for a vector held in memory
+    (``NoiseStore.noise_for``, ``draw_noise``), joined here. The privacy audit draws with this
+    function too, so it exercises the very sampler a release uses (``sample`` gives the same
+    draws in one call, for library callers; no release path uses it).
+    """
+    out = np.empty(size, dtype=np.int64)
+    filled = 0
+    for block in mechanism.sample_blocks(size, rng):
+        data = np.ascontiguousarray(block, dtype=np.int64).reshape(-1)
+        if filled + data.size > size:
+            raise ValueError(f"the block sampler gave more than the {size} values asked for")
+        out[filled : filled + data.size] = data
+        filled += data.size
+    if filled != size:
+        raise ValueError(f"the block sampler gave {filled} values, not the {size} asked for")
+    return out
+
+
+def mechanism_for(
+    definition: str, budget: Any, sensitivity: Any, what: str = "budget"
+) -> Mechanism:
     """The mechanism that spends exactly ``budget`` on a query of the given sensitivity.
 
     ``definition`` is ``"zcdp"`` (discrete Gaussian, budget ρ, L2 sensitivity) or ``"puredp"``
-    (two-sided geometric, budget ε, L1 sensitivity).
+    (two-sided geometric, budget ε, L1 sensitivity). ``what`` names the query in the message of
+    a :class:`~das.privacy.limits.BudgetLimitError` (budget or noise outside the limits).
     """
     key = str(definition).lower()
     if key == ZCDP:
-        return DiscreteGaussianMechanism.from_budget(budget, sensitivity)
+        return DiscreteGaussianMechanism.from_budget(budget, sensitivity, what)
     if key == PUREDP:
-        return GeometricMechanism.from_budget(budget, sensitivity)
+        return GeometricMechanism.from_budget(budget, sensitivity, what)
     raise ValueError(f"Invalid privacy definition: {definition!r} (use 'zcdp' or 'puredp')")
 
 

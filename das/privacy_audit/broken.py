@@ -4,6 +4,10 @@ Each variant claims a budget its noise does not deliver, the way real bugs do:
 
 * *noise scale halved* — the mechanism draws with half the scale it was built for (σ/2 for the
   discrete Gaussian: four times the ρ; b/2 for the geometric: twice the ε);
+* *block sampler halved* — only the streamed sampler (``sample_blocks``, the one every release
+  draws with) uses half the scale; the one-shot ``sample`` stays correct. An audit drawing with
+  ``sample`` would pass it: the audit draws with the release's own path
+  (:func:`das.privacy.mechanisms.release_draw`) and must catch it;
 * *sensitivity understated by one person's second group* — noise calibrated for a person in
   one group (Δ = 1) while the person is in two (the neighbour moves two cells): twice the ρ or
   the ε;
@@ -19,11 +23,15 @@ imports it.
 
 from __future__ import annotations
 
+from collections.abc import Iterator
 from dataclasses import dataclass
 from fractions import Fraction
 from pathlib import Path
 from typing import Any
 
+import numpy as np
+
+from das.privacy import noise
 from das.privacy.accounting import Measurement
 from das.privacy.mechanisms import (
     DiscreteGaussianMechanism,
@@ -50,6 +58,13 @@ MECHANISM_TRIALS = 1_000_000
 PRODUCT_TRIALS = 20_000
 # Budgets of the mechanism variants: ε = 1 (geometric), ρ = 1/2 (discrete Gaussian).
 MECHANISM_BUDGETS = {"geometric": Fraction(1), "discrete-gaussian": Fraction(1, 2)}
+MECHANISM_VARIANTS = (
+    ("geometric", "noise-halved"),
+    ("geometric", "sensitivity-understated"),
+    ("discrete-gaussian", "noise-halved"),
+    ("discrete-gaussian", "sensitivity-understated"),
+    ("discrete-gaussian", "block-sampler-halved"),  # zCDP: what both products release with
+)
 
 
 def noise_halved(mechanism: Mechanism) -> Mechanism:
@@ -63,6 +78,27 @@ def noise_halved(mechanism: Mechanism) -> Mechanism:
 
 def _noise_halved_measurement(measurement: Measurement) -> Mechanism:
     return noise_halved(measurement.mechanism)
+
+
+@dataclass(frozen=True)
+class BlockSamplerHalved(DiscreteGaussianMechanism):
+    """A discrete Gaussian whose streamed sampler draws with half the noise scale (σ²/4).
+
+    ``sample`` (one call) is inherited, correct; ``sample_blocks`` — what the noise store,
+    hence every release, draws with — is :func:`noise_halved`'s. ``privacy_function`` is the
+    loss a release drawing with it really has (the halved noise's): the self-test's true loss.
+    """
+
+    def _halved(self) -> DiscreteGaussianMechanism:
+        return DiscreteGaussianMechanism(self.sigma_squared / 4)
+
+    def privacy_function(self, sensitivity: Any) -> Any:
+        return self._halved().privacy_function(sensitivity)
+
+    def sample_blocks(
+        self, size: int, rng: Any = None, block: int = noise.DEFAULT_BLOCK
+    ) -> Iterator[np.ndarray]:
+        return self._halved().sample_blocks(size, rng, block)
 
 
 def phsafe_plan_without_truncation_bound(config: Any) -> list[Measurement]:
@@ -158,6 +194,13 @@ def _mechanism_variant(
     if broken == "noise-halved":
         query = MovedQuery(kind, mechanism, [1], draw=noise_halved(mechanism))
         description = f"{kind} at budget {budget}, sensitivity 1, drawing with half the scale"
+    elif broken == "block-sampler-halved":
+        broken_copy = BlockSamplerHalved(mechanism.noise_parameter.value)
+        query = MovedQuery(kind, mechanism, [1], draw=broken_copy)
+        description = (
+            f"{kind} at budget {budget}, sensitivity 1: its block sampler (the release's draw "
+            "path) draws with half the scale; its one-shot sample() is correct"
+        )
     else:
         query = MovedQuery(kind, mechanism, [1, 1])
         description = (
@@ -187,8 +230,7 @@ def run_self_test(
     started = time.perf_counter()
     results = [
         _mechanism_variant(kind, broken, mechanism_trials, confidence, delta, rng)
-        for kind in MECHANISMS
-        for broken in ("noise-halved", "sensitivity-understated")
+        for kind, broken in MECHANISM_VARIANTS
     ]
     safetab = audit_safetab_p(
         DEMO_SAFETAB_P_CONFIG,

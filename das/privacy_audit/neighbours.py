@@ -4,9 +4,11 @@ An audit compares a release on D with one on D′ = D + one person. Every noisy 
 person does not move has the same distribution on both (same exact count, same mechanism) and
 is drawn independently of the others, so its likelihood ratio is 1: it carries no information
 about which input was used and need not be redrawn. A trial therefore draws only the moved
-answers, with the *same mechanism objects a release draws with*
-(``Measurement.mechanism.sample(size, rng)``), and keeps one number per trial: the
-log-likelihood-ratio statistic of :mod:`das.privacy_audit.attack`.
+answers, with the *same mechanism objects a release draws with*, through the *same draw path*:
+:func:`das.privacy.mechanisms.release_draw`, the blocks of ``mechanism.sample_blocks`` that the
+noise store streams to disk or joins in memory (never ``mechanism.sample``, which no release
+uses). It keeps one number per trial: the log-likelihood-ratio statistic of
+:mod:`das.privacy_audit.attack`.
 
 Two shapes of moved answers:
 
@@ -34,7 +36,7 @@ import numpy as np
 from numpy.typing import NDArray
 
 from das.privacy.accounting import Measurement
-from das.privacy.mechanisms import PUREDP, Mechanism
+from das.privacy.mechanisms import PUREDP, Mechanism, release_draw
 from das.privacy_audit.attack import log_likelihood_ratio
 
 TRIAL_CHUNK = 1 << 17  # trials drawn per round: bounded memory at any number of trials
@@ -101,7 +103,7 @@ class MovedQuery:
     def statistic(self, world: int, trials: int, rng: Any) -> NDArray:
         """Per trial, the log-likelihood ratio of the moved answers (world 0 = D, 1 = D′)."""
         width = self.delta.size
-        noise = self.drawing.sample(trials * width, rng).reshape(trials, width)
+        noise = release_draw(self.drawing, trials * width, rng).reshape(trials, width)
         answers = noise + world * self.delta
         return log_likelihood_ratio(self.mechanism, answers, self.delta).sum(axis=1)
 
@@ -174,13 +176,14 @@ class AdaptiveGroups:
 
     def statistic(self, world: int, trials: int, rng: Any) -> NDArray:
         k = self.groups
-        noise_1 = self.drawing_1.sample(trials * k, rng).reshape(trials, k)
+        noise_1 = release_draw(self.drawing_1, trials * k, rng).reshape(trials, k)
         stage_1 = noise_1 + world * self.total_delta
         workload = np.digitize(self.totals + stage_1, self.thresholds)
         result = log_likelihood_ratio(self.stage_1, stage_1, self.total_delta).sum(axis=1)
         moves = self.cell_delta[self._groups, workload]  # (trials, k, m)
         width = moves.shape[2]
-        noise_2 = self.drawing_2.sample(trials * k * width, rng).reshape(trials, k, width)
+        noise_2 = release_draw(self.drawing_2, trials * k * width, rng)
+        noise_2 = noise_2.reshape(trials, k, width)
         stage_2 = noise_2 + world * moves
         return result + log_likelihood_ratio(self.stage_2, stage_2, moves).sum(axis=(1, 2))
 

@@ -51,6 +51,7 @@ import numpy as np
 from das.io.arrays import npy_data_digest, npy_info, open_npy, write_npy_blocks
 from das.io.atomic import atomic_write_bytes, atomic_write_text
 from das.privacy.accounting import Measurement, PrivacyAccountant, noise_digest
+from das.privacy.mechanisms import release_draw
 from das.privacy.rng import RandomSource, default_source, seeded_rng
 from das.runs.folder import RunFolder, safe_name
 from das.runs.ledger import DrawRecord, PrivacyLedger
@@ -269,9 +270,8 @@ class NoiseStore:
                 self.reused.append(measurement.name)
                 return noise
             self._charge(measurement)
-            noise = np.ascontiguousarray(
-                measurement.mechanism.sample(size, self.rng_for(measurement)), dtype=np.int64
-            ).reshape(size)
+            # The release's one draw path (sample_blocks), as noise_file_for streams it.
+            noise = release_draw(measurement.mechanism, size, self.rng_for(measurement))
             self._check_owner()
             buffer = io.BytesIO()
             np.save(buffer, noise, allow_pickle=False)

@@ -5,6 +5,16 @@ The production files key budgets by strings such as ``privacy_budget_p_level_2_c
 the edge). Budgets become exact ``Fraction`` objects (``0.159`` is exactly 159/1000), or
 ``math.inf`` for JSON ``Infinity`` (no noise: used by golden tests). Every problem in a file is
 reported, one clear line each, in a single :class:`ConfigError`.
+
+Budget limits (:mod:`das.privacy.limits`) are checked here, so that every path that reads a
+config (``das budget report``, ``das validate``, ``das run``, the flows, the explorer) refuses
+an absurd one: a finite budget above ``MAX_PASS_TOTAL`` or a positive per-query budget below
+``MIN_QUERY_BUDGET`` (SafeTab-P: the level budget's stage-1 and stage-2 shares, f·B and
+(1−f)·B), and the total of each pass the plan composes — SafeTab-P: the sum of the budgets of
+the tabulated levels of each enabled pass (US, PR; a level costs its budget once, whatever its
+stages); PHSafe: the config is one pass, the sum of its queries' budgets. ``Infinity`` and 0
+are not limited. A JSON number too large for a double (``1e400``) would read as Infinity (no
+noise) and is refused as well.
 """
 
 from __future__ import annotations
@@ -17,9 +27,23 @@ from fractions import Fraction
 from pathlib import Path
 from typing import Any, Literal, NamedTuple
 
-from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
+from pydantic import (
+    BaseModel,
+    ConfigDict,
+    Field,
+    ValidationError,
+    ValidationInfo,
+    field_validator,
+    model_validator,
+)
 
 from das.privacy.exact import to_fraction
+from das.privacy.limits import (
+    pass_total_problem,
+    query_ceiling_problem,
+    query_floor_problem,
+    show,
+)
 
 Budget = Fraction | float  # a Fraction, or math.inf meaning "no noise"
 # The Census readers: "cef" (production extract) and "csv" (its test files). Both name the same
@@ -68,21 +92,45 @@ def _budget(value: Any) -> Budget:
 
 
 def _format_errors(source: str, error: ValidationError) -> str:
-    lines = [f"{source}: invalid configuration ({error.error_count()} problem(s))"]
+    """One line per problem; a validator that found several returns them one per line."""
+    problems = []
     for item in error.errors():
         where = ".".join(str(part) for part in item["loc"]) or "(top level)"
         message = item["msg"].removeprefix("Value error, ")
-        lines.append(f"  - {where}: {message}")
-    return "\n".join(lines)
+        problems.extend(f"  - {where}: {line}" for line in message.splitlines())
+    header = f"{source}: invalid configuration ({len(problems)} problem(s))"
+    return "\n".join([header, *problems])
+
+
+def _raise_problems(problems: list[str]) -> None:
+    """Report every problem a validator found, one per line (see :func:`_format_errors`)."""
+    if problems:
+        raise ValueError("\n".join(problems))
+
+
+class _BeyondDouble(ValueError):
+    """A JSON number too large for a double: ``json`` would read it as Infinity (no noise)."""
+
+
+def _finite_float(text: str) -> float:
+    value = float(text)
+    if math.isinf(value):
+        raise _BeyondDouble(text)
+    return value
 
 
 def _read_json(path: Path) -> dict[str, Any]:
     try:
-        data = json.loads(Path(path).read_text(encoding="utf-8"))
+        data = json.loads(Path(path).read_text(encoding="utf-8"), parse_float=_finite_float)
     except FileNotFoundError:
         raise ConfigError(f"{path}: configuration file not found") from None
     except json.JSONDecodeError as exc:
         raise ConfigError(f"{path}: not valid JSON (line {exc.lineno}: {exc.msg})") from None
+    except _BeyondDouble as exc:
+        raise ConfigError(
+            f"{path}: the number {exc!s:.24} is beyond double precision and would read as "
+            "Infinity (no noise); write Infinity to mean that, or a budget within the limits"
+        ) from None
     if not isinstance(data, dict):
         raise ConfigError(f"{path}: expected a JSON object at the top level")
     return data
@@ -144,17 +192,19 @@ class SafeTabPConfig(BaseModel):
     model_config = ConfigDict(extra="forbid", frozen=True, arbitrary_types_allowed=True)
 
     max_race_codes: int = Field(ge=1, le=8)
-    budgets: dict[PopulationGroupLevel, Budget]
+    # Validated before the budgets (pydantic validates in this order): their limits depend on
+    # the definition, the stage split and the enabled passes.
+    privacy_defn: PrivacyDefinition
     stage_1_fraction: Fraction
+    run_us: bool
+    run_pr: bool
+    budgets: dict[PopulationGroupLevel, Budget]
     thresholds: dict[PopulationGroupLevel, tuple[int, int, int]]
     # 0 ≤ p < 1 as the Census's SafeTab-P accepts it; 0 (or the key left out, as there) means
     # no zero suppression.
     zero_suppression_chance: float = Field(default=0.0, ge=0, lt=1)
     allow_negative_counts: bool
-    run_us: bool
-    run_pr: bool
     state_filter_us: tuple[str, ...]
-    privacy_defn: PrivacyDefinition
     reader: Reader = "cef"
 
     @model_validator(mode="before")
@@ -188,14 +238,24 @@ class SafeTabPConfig(BaseModel):
 
     @field_validator("budgets", mode="before")
     @classmethod
-    def _parse_budgets(cls, value: dict[Any, Any]) -> dict[PopulationGroupLevel, Budget]:
-        parsed = {}
+    def _parse_budgets(
+        cls, value: dict[Any, Any], info: ValidationInfo
+    ) -> dict[PopulationGroupLevel, Budget]:
+        """Every budget parsed and within the limits; all problems reported, one per line."""
+        parsed: dict[PopulationGroupLevel, Budget] = {}
+        problems = []
         for level, raw in value.items():
             try:
                 parsed[level] = _budget(raw)
             except ValueError as exc:
-                name = f"privacy_budget_p_level_{level.iteration_level}_"
-                raise ValueError(f"{name}{level.geography.config_suffix}: {exc}") from None
+                problems.append(f"{_budget_key(level)}: {exc}")
+        definition = info.data.get("privacy_defn")
+        if definition is not None:  # otherwise the definition's own problem is reported
+            runs = {"US": info.data.get("run_us"), "PR": info.data.get("run_pr")}
+            problems += _safetab_limit_problems(
+                parsed, definition, info.data.get("stage_1_fraction"), runs
+            )
+        _raise_problems(problems)
         return parsed
 
     @field_validator("stage_1_fraction", mode="before")
@@ -258,6 +318,72 @@ class SafeTabPConfig(BaseModel):
             for level, budget in self.budgets.items()
             if budget > 0 and self.runs(level.geography)
         ]
+
+    def pass_totals(self) -> dict[str, Budget]:
+        """Per enabled pass, the total its plan composes: each tabulated level costs its budget
+        once (stage 1 + stage 2 and total-only are branches of one partition)."""
+        return _safetab_pass_totals(self.budgets, {"US": self.run_us, "PR": self.run_pr})
+
+
+def _budget_key(level: PopulationGroupLevel) -> str:
+    return f"privacy_budget_p_level_{level.iteration_level}_{level.geography.config_suffix}"
+
+
+def _sum_budgets(budgets: list[Budget]) -> Budget:
+    """Exact sum of positive budgets; Infinity when any is infinite (no noise)."""
+    if any(is_infinite(budget) for budget in budgets):
+        return math.inf
+    return sum((Fraction(budget) for budget in budgets if budget > 0), Fraction(0))
+
+
+def _safetab_pass_totals(
+    budgets: dict[PopulationGroupLevel, Budget], runs: dict[str, bool | None]
+) -> dict[str, Budget]:
+    return {
+        pass_name: _sum_budgets(
+            [b for level, b in budgets.items() if level.geography.pass_name == pass_name]
+        )
+        for pass_name, enabled in runs.items()
+        if enabled
+    }
+
+
+def _safetab_limit_problems(
+    budgets: dict[PopulationGroupLevel, Budget],
+    definition: str,
+    fraction: Fraction | None,
+    runs: dict[str, bool | None],
+) -> list[str]:
+    """Per level: the budget against the ceiling and its smaller stage share (f·B or (1−f)·B)
+    against the floor; per enabled pass: the composed total against the ceiling."""
+    problems = []
+    over_ceiling = set()
+    for level, budget in budgets.items():
+        name = _budget_key(level)
+        if is_infinite(budget) or budget <= 0:
+            continue
+        problem = query_ceiling_problem(definition, budget, name)
+        if problem is not None:
+            problems.append(problem)
+            over_ceiling.add(level.geography.pass_name)
+            continue
+        what, smallest = name, Fraction(budget)
+        if fraction is not None:
+            stage, share = ("stage-1", fraction) if fraction <= 1 - fraction else (
+                "stage-2", 1 - fraction
+            )
+            what = f"{name} ({show(budget)}), its {stage} query ({show(share)} of it)"
+            smallest = budget * share
+        problem = query_floor_problem(definition, smallest, what)
+        if problem is not None:
+            problems.append(problem)
+    for pass_name, total in _safetab_pass_totals(budgets, runs).items():
+        if pass_name not in over_ceiling:
+            what = f"{pass_name} pass (its tabulated levels' budgets summed)"
+            problem = pass_total_problem(definition, total, what)
+            if problem is not None:
+                problems.append(problem)
+    return problems
 
 
 def parse_safetab_p_config(data: dict[str, Any], source: str) -> SafeTabPConfig:
@@ -330,44 +456,23 @@ class PHSafeConfig(BaseModel):
 
     model_config = ConfigDict(extra="forbid", frozen=True, arbitrary_types_allowed=True)
 
+    # Validated before the budgets (pydantic validates in this order): their limits depend on it.
+    privacy_defn: PrivacyDefinition
     privacy_budget: dict[PHSafeQueryKey, Budget]
     tau: dict[str, int]
     state_filter: tuple[str, ...]
-    privacy_defn: PrivacyDefinition
     reader: Reader = "cef"
 
     @field_validator("privacy_budget", mode="before")
     @classmethod
-    def _parse_budgets(cls, value: Any) -> dict[PHSafeQueryKey, Budget]:
+    def _parse_budgets(cls, value: Any, info: ValidationInfo) -> dict[PHSafeQueryKey, Budget]:
         if not isinstance(value, dict):
             raise ValueError("must be an object keyed by table name")
-        parsed: dict[PHSafeQueryKey, Budget] = {}
-        for table, levels in value.items():
-            if table not in PHSAFE_MEASURED_TABLES:
-                allowed = ", ".join(PHSAFE_MEASURED_TABLES)
-                raise ValueError(f"unknown table {table!r} (expected one of {allowed})")
-            if not isinstance(levels, dict):
-                raise ValueError(f"{table}: must be an object keyed like \"state_A-G\"")
-            for key, raw in levels.items():
-                geography, _, iteration = str(key).partition("_")
-                try:
-                    query = PHSafeQueryKey(
-                        table, PHSafeGeography(geography), PHSafeIterationLevel(iteration)
-                    )
-                except ValueError:
-                    raise ValueError(
-                        f"{table}: unknown level {key!r} (expected usa_* / usa_A-G / usa_H,I / "
-                        "state_* / state_A-G / state_H,I)"
-                    ) from None
-                if (
-                    table in PHSAFE_TOTAL_ONLY_TABLES
-                    and query.iteration_level is not PHSafeIterationLevel.TOTAL
-                ):
-                    raise ValueError(f"{table}: is tabulated on '*' only, got {key!r}")
-                try:
-                    parsed[query] = _budget(raw)
-                except ValueError as exc:
-                    raise ValueError(f"{table}.{key}: {exc}") from None
+        parsed, problems = _phsafe_budgets(value)
+        definition = info.data.get("privacy_defn")
+        if definition is not None:  # otherwise the definition's own problem is reported
+            problems += _phsafe_limit_problems(parsed, definition)
+        _raise_problems(problems)
         return parsed
 
     @field_validator("tau", mode="before")
@@ -410,6 +515,67 @@ class PHSafeConfig(BaseModel):
     def measured_queries(self) -> list[PHSafeQueryKey]:
         """Queries with a positive budget (a budget of 0 skips the query), in config order."""
         return [key for key, budget in self.privacy_budget.items() if budget > 0]
+
+    def pass_total(self) -> Budget:
+        """The total the plan composes: the sum of the measured queries' budgets."""
+        return _sum_budgets(list(self.privacy_budget.values()))
+
+
+def _phsafe_budgets(value: dict[Any, Any]) -> tuple[dict[PHSafeQueryKey, Budget], list[str]]:
+    """The budgets of the ``privacy_budget`` object that parse, and a line per problem."""
+    parsed: dict[PHSafeQueryKey, Budget] = {}
+    problems = []
+    for table, levels in value.items():
+        if table not in PHSAFE_MEASURED_TABLES:
+            allowed = ", ".join(PHSAFE_MEASURED_TABLES)
+            problems.append(f"unknown table {table!r} (expected one of {allowed})")
+            continue
+        if not isinstance(levels, dict):
+            problems.append(f"{table}: must be an object keyed like \"state_A-G\"")
+            continue
+        for key, raw in levels.items():
+            geography, _, iteration = str(key).partition("_")
+            try:
+                query = PHSafeQueryKey(
+                    table, PHSafeGeography(geography), PHSafeIterationLevel(iteration)
+                )
+            except ValueError:
+                problems.append(
+                    f"{table}: unknown level {key!r} (expected usa_* / usa_A-G / usa_H,I / "
+                    "state_* / state_A-G / state_H,I)"
+                )
+                continue
+            if (
+                table in PHSAFE_TOTAL_ONLY_TABLES
+                and query.iteration_level is not PHSafeIterationLevel.TOTAL
+            ):
+                problems.append(f"{table}: is tabulated on '*' only, got {key!r}")
+                continue
+            try:
+                parsed[query] = _budget(raw)
+            except ValueError as exc:
+                problems.append(f"{table}.{key}: {exc}")
+    return parsed, problems
+
+
+def _phsafe_limit_problems(budgets: dict[PHSafeQueryKey, Budget], definition: str) -> list[str]:
+    """Every query's budget against the ceiling and the floor; the pass (the whole config:
+    the sum of its queries' budgets) against the ceiling."""
+    problems = []
+    over_ceiling = False
+    for key, budget in budgets.items():
+        what = f"{key.table}.{key.config_key}"
+        problem = query_ceiling_problem(definition, budget, what)
+        over_ceiling = over_ceiling or problem is not None
+        problem = problem or query_floor_problem(definition, budget, what)
+        if problem is not None:
+            problems.append(problem)
+    if not over_ceiling:  # a query over the ceiling already puts the pass over it
+        total = _sum_budgets(list(budgets.values()))
+        problem = pass_total_problem(definition, total, "the pass (its queries' budgets summed)")
+        if problem is not None:
+            problems.append(problem)
+    return problems
 
 
 def parse_phsafe_config(data: dict[str, Any], source: str) -> PHSafeConfig:
