@@ -97,9 +97,10 @@ def task_runner_from_env(workers: int = 2) -> TaskRunner:
         "processes": processes,
         # Nothing listens beyond loopback unless the operator says so: the dashboard has no
         # login, and the scheduler takes work from anyone who reaches it.
-        "host": os.environ.get(DASK_HOST_ENV, "127.0.0.1"),
         "dashboard_address": os.environ.get(DASK_DASHBOARD_ENV, "127.0.0.1:0"),
     }
+    if processes:  # an in-process cluster talks in memory, no scheduler port
+        kwargs["host"] = os.environ.get(DASK_HOST_ENV, "127.0.0.1")
     if processes:
         # Dask's default: the machine's memory shared between the workers. A worker holds the
         # pass's records and one table's truncate-and-join (1.9 GiB at 10 M persons); a fixed

@@ -23,8 +23,7 @@ from typing import Any  # noqa: E402
 from prefect import get_run_logger, task  # noqa: E402
 from prefect.cache_policies import NO_CACHE  # noqa: E402
 
-from das.io.fingerprint import RecordFingerprint  # noqa: E402
-from das.io.safetab_p import GRF_C, read_grf_c  # noqa: E402
+from das.io.safetab_p import read_grf_c  # noqa: E402
 from das.io.writers import file_sha256  # noqa: E402
 from das.privacy.accounting import Measurement, PrivacyAccountant, compose  # noqa: E402
 from das.runs.curator_log import curator_log  # noqa: E402
@@ -116,11 +115,9 @@ def prepare_geography_task(job: SafeTabPJob) -> str:
     """The GRF-C as integer maps per pass (geounits, entities, coterminous sets); the GRF-C's
     canonical fingerprint (compared with the one validation read)."""
     grfc = read_grf_c(job.grf_c_file)
-    fingerprint = RecordFingerprint(GRF_C)
-    fingerprint.update_frame(grfc)
-    prepare_geography(job.config, grfc, job.folder)
+    fingerprint = prepare_geography(job.config, grfc, job.folder)
     get_run_logger().info("geography prepared (%d GRF-C blocks, public)", len(grfc))
-    return fingerprint.hexdigest()
+    return fingerprint
 
 
 @task(name="spill-persons", retries=2, retry_delay_seconds=2, cache_policy=NO_CACHE,
