@@ -427,6 +427,7 @@ def release_run(request: RunRequest, inputs: RunInputs, parse: Parse) -> Iterato
                 "seed": request.seed,
                 "rerun": rerun,
                 "attempt": state.attempt,
+                "flow_run_id": flow_run_id(),
                 "run_folder": str(folder.root),
                 "replace_release": request.replace_release,
             },

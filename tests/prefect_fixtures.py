@@ -16,7 +16,11 @@ from das.offline import configure_offline
 configure_offline()
 
 from prefect.client.orchestration import get_client  # noqa: E402
-from prefect.client.schemas.filters import ArtifactFilter, ArtifactFilterKey  # noqa: E402
+from prefect.client.schemas.filters import (  # noqa: E402
+    ArtifactFilter,
+    ArtifactFilterFlowRunId,
+    ArtifactFilterKey,
+)
 from prefect.client.schemas.sorting import ArtifactSort  # noqa: E402
 from prefect.testing.utilities import prefect_test_harness  # noqa: E402
 
@@ -55,14 +59,16 @@ def two_state_phsafe(folder: Path) -> tuple[Path, Path]:
     return config, data
 
 
-def artifacts(key: str) -> list:
-    """The artifacts stored under ``key`` on the session's Prefect server, newest first.
-
-    The server is shared by the whole session, so earlier tests' runs leave artifacts under
-    the same key; callers look at ``[0]``, the one their own run just published."""
+def artifacts(key: str, flow_run_id: str) -> list:
+    """The artifacts stored under ``key`` by one flow run on the session's Prefect server,
+    newest first (the server is shared by the whole session: other tests' runs post under the
+    same keys, so a test names its own run, never "the newest")."""
     with get_client(sync_client=True) as client:
         return client.read_artifacts(
-            artifact_filter=ArtifactFilter(key=ArtifactFilterKey(any_=[key])),
+            artifact_filter=ArtifactFilter(
+                key=ArtifactFilterKey(any_=[key]),
+                flow_run_id=ArtifactFilterFlowRunId(any_=[flow_run_id]),
+            ),
             sort=ArtifactSort.CREATED_DESC,
         )
 
@@ -75,6 +81,11 @@ def assert_rejected_before_noise(output: Path, run_id: str, samples: list[str]) 
     assert samples == []
     folder = RunFolder(output, run_id)
     assert list(folder.noise_dir.glob("*")) == [] and list(folder.ledger_dir.glob("*")) == []
+    # The ledger returned the run's reservation: nothing counts as spent.
+    from das.runs.ledger import open_ledger
+
+    state = open_ledger().ledger.run(run_id)
+    assert state is not None and state.status == "released" and not state.draws
     audit = json.loads(folder.audit_path.read_text())
     assert not output.exists()  # nothing published, not even a partial release
     assert audit["status"] == "failed" and audit["error_type"] == "ValidationFailed"

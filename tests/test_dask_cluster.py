@@ -37,9 +37,9 @@ import psutil  # noqa: E402
 from prefect_fixtures import two_state_phsafe  # noqa: E402
 
 from das.cli import main as das_main  # noqa: E402
+from das.phsafe.parameters import load_parameters as phsafe_parameters  # noqa: E402
 from das.runs.folder import RunFolder  # noqa: E402
-from tasks.phsafe import plan_run as phsafe_plan  # noqa: E402
-from tasks.safetab_p import plan_run as safetab_p_plan  # noqa: E402
+from das.safetab_p.parameters import load_parameters as safetab_p_parameters  # noqa: E402
 
 REPO = Path(__file__).resolve().parents[1]
 TOY = REPO.parent / "shared" / "census_specs" / "safetab_p" / "toy"
@@ -342,7 +342,7 @@ def test_safetab_p_on_an_existing_cluster_is_the_in_process_release(
     params = tmp_path / "params"
     shutil.copytree(TOY / "input_dir_zcdp", params)
     config = params / "config.json"
-    planned = [m.name for m in safetab_p_plan(config).measurements]
+    planned = [m.name for m in safetab_p_parameters(config).plan]
 
     def args(output: Path, run_id: str) -> list[str]:
         return ["run", "safetab-p", "--config", str(config), "--data", str(TOY), "--output",
@@ -360,7 +360,7 @@ def test_phsafe_on_an_existing_cluster_is_the_in_process_release(
     tmp_path: Path, cluster: OperatorCluster
 ) -> None:
     config, data = two_state_phsafe(tmp_path)
-    planned = [m.name for m in phsafe_plan(config).measurements]
+    planned = [m.name for m in phsafe_parameters(config).plan]
 
     def args(output: Path, run_id: str) -> list[str]:
         return ["run", "phsafe", "--config", str(config), "--data", str(data), "--output",
@@ -446,7 +446,7 @@ def test_the_deployment_entrypoint_runs_on_the_cluster_and_a_flow_loaded_by_file
     audit = run(deployed.with_options(task_runner=EagerDaskTaskRunner(address=cluster.address)),
                 output)  # fmt: skip
     assert audit["status"] == "succeeded"
-    planned = safetab_p_plan(params / "config.json").measurements
+    planned = safetab_p_parameters(params / "config.json").plan
     assert audit["draws"] == {"fresh": len(planned), "reused": 0}
     assert {e["pid"] for e in cluster.events() if e["event"] == "fresh"} == {
         cluster.workers()["w1"]

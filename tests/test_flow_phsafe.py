@@ -150,7 +150,8 @@ def test_seeded_demo_run_writes_tables_estimates_audit_and_artifacts(
     assert audit["validation"]["ok"] is True and audit["validation"]["skipped"] is False
     assert audit["randomness"]["secure"] is False and audit["parameters"]["seed"] == 5
     assert audit["config"]["sha256"] == file_sha256(config)
-    assert set(audit["inputs"]) == {"config.json", "persons.csv", "units.csv", "geo.csv"}
+    assert set(audit["inputs"]) == {"persons", "units", "geo"}
+    assert audit["identity"]["sealed_files"] == {"config.json": file_sha256(config)}
 
     written = {name.split("/")[0] for name in audit["outputs"]}
     expected = {*NOISY, *DERIVED, *(f"{t}_estimates" for t in ESTIMATED)}
@@ -196,10 +197,13 @@ def test_seeded_demo_run_writes_tables_estimates_audit_and_artifacts(
     assert total["ESTIMATE"].between(1, tau).all()
     assert (total["CI_LOWER_90"] <= total["ESTIMATE"]).all()
 
-    table = artifacts("phsafe-privacy-us")
-    assert table and "MOE 90%" in table[0].data and "[SEEDED]" in table[0].description
-    assert "ρ, bounded (change one person: 2ρ)" in artifacts("phsafe-privacy-totals")[0].data
-    assert "run demo-1: succeeded" in artifacts("phsafe-audit")[0].data
+    run = audit["parameters"]["flow_run_id"]
+    (table,) = artifacts("phsafe-privacy-us", run)
+    assert "MOE 90%" in table.data and "[SEEDED]" in table.description
+    (totals,) = artifacts("phsafe-privacy-totals", run)
+    assert "ρ, bounded (change one person: 2ρ)" in totals.data
+    (summary,) = artifacts("phsafe-audit", run)
+    assert "run demo-1: succeeded" in summary.data
 
 
 def test_killed_run_reruns_without_redrawing(
@@ -211,7 +215,8 @@ def test_killed_run_reruns_without_redrawing(
     config = small_data / "config.json"
     args = ("--skip-validation", "--seed", "9")
     clean = tmp_path / "reference" / "clean"  # its own ledger: a comparison, not a release
-    assert _run(config, small_data, clean, *args, "--run-id", "clean") == 0
+    reference = ("--ledger", str(tmp_path / "reference-ledger"))
+    assert _run(config, small_data, clean, *args, *reference, "--run-id", "clean") == 0
     drawn = len(count_samples)
     assert drawn == len(plan_phsafe(load_phsafe_config(config)))
 
@@ -323,8 +328,8 @@ def test_worker_processes_release_what_threads_release(
 
     config = small_data / "config.json"
     args = ("--skip-validation", "--seed", "6")
-    threads = tmp_path / "threads" / "out"  # each output its own ledger: a comparison
-    assert _run(config, small_data, threads, *args) == 0
+    threads = tmp_path / "threads" / "out"  # its own ledger: a comparison, not a release
+    assert _run(config, small_data, threads, *args, "--ledger", str(tmp_path / "ref")) == 0
     monkeypatch.delenv("DAS_TASK_RUNNER")
     monkeypatch.setenv("PREFECT_API_URL", str(prefect.settings.PREFECT_API_URL.value()))
     from flows.runner import task_runner_from_env
@@ -346,17 +351,21 @@ def test_a_load_failure_stops_the_run_with_its_own_error(
     monkeypatch: pytest.MonkeyPatch,
     runner: str,
 ) -> None:
-    """When reading the records fails (units.csv missing, validation skipped), the run fails
-    with that task's own error, in the spill stage, before any draw, on either task runner."""
+    """When reading the records fails (a units.csv value the engine cannot read, validation
+    skipped), the run fails with that task's own error, in the spill stage, before any draw, on
+    either task runner. (A missing file stops it earlier: no units input, nothing drawn.)"""
     if runner == "dask":
         monkeypatch.delenv("DAS_TASK_RUNNER")
     data = tmp_path / "data"
     data.mkdir()
-    for name in ("persons.csv", "geo.csv"):
+    for name in ("persons.csv", "geo.csv", "units.csv"):
         (data / name).write_bytes((small_data / name).read_bytes())
+    units = (data / "units.csv").read_text().splitlines(keepends=True)
+    units[1] = units[1].replace(",", ",x", 1)  # the first unit's MAFID is not a number
+    (data / "units.csv").write_text("".join(units))
     out = tmp_path / "out"
     assert _run(small_data / "config.json", data, out, "--skip-validation", "--run-id", "f") == 1
     audit = json.loads(RunFolder(out, "f").audit_path.read_text())
-    assert audit["status"] == "failed" and audit["error_type"] == "FileNotFoundError"
+    assert audit["status"] == "failed" and audit["error_type"] == "InputFormatError"
     assert "spill" in audit["timings"] and "measure" not in audit["timings"]
     assert count_samples == [] and not list(RunFolder(out, "f").noise_dir.glob("*"))

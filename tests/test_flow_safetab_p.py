@@ -99,10 +99,14 @@ def test_seeded_run_writes_tables_audit_and_artifacts(
     assert audit["randomness"]["secure"] is False and "seed=5" in audit["randomness"]["source"]
     assert audit["validation"] == {"skipped": True}
     assert audit["config"]["sha256"] == file_sha256(config)
-    assert audit["inputs"]["person-records.txt"]["sha256"] == file_sha256(
-        TOY / "person-records.txt"
+    # The records by their ledger id (a keyed hash of their fingerprint), never a file hash.
+    records = audit["inputs"]["person-records"]
+    assert records["path"] == str(TOY / "person-records.txt") and len(records["id"]) == 64
+    assert audit["privacy_ledger"]["dataset"] and "sha256" not in records
+    sealed = audit["identity"]["sealed_files"]
+    assert sealed["race-and-ethnicity-codes.txt"] == file_sha256(
+        config.parent / "race-and-ethnicity-codes.txt"
     )
-    assert "race-and-ethnicity-codes.txt" in audit["inputs"]
     ledger = audit["ledger"]["US"]["measurements"]
     assert ledger and all(len(m["noise_digest"]) == 64 for m in ledger)
     assert audit["draws"] == {"fresh": len(ledger), "reused": 0}
@@ -121,10 +125,12 @@ def test_seeded_run_writes_tables_audit_and_artifacts(
     assert manifest["run_id"] == "seeded-1" and manifest["markers"] == ["SEEDED"]
     assert manifest["files"]["t1/t1.txt"]["sha256"] == file_sha256(out / "t1/t1.txt")
     assert manifest["files"]["audit.json"]["sha256"] == file_sha256(out / "audit.json")
-    table = artifacts("safetab-p-privacy-us")
-    assert table and "MOE 95%" in table[0].data and "[SEEDED]" in table[0].description
-    assert "ρ, bounded (change one person: 2ρ)" in artifacts("safetab-p-privacy-totals")[0].data
-    summary = artifacts("safetab-p-audit")[0].data
+    run = audit["parameters"]["flow_run_id"]
+    (table,) = artifacts("safetab-p-privacy-us", run)
+    assert "MOE 95%" in table.data and "[SEEDED]" in table.description
+    (totals,) = artifacts("safetab-p-privacy-totals", run)
+    assert "ρ, bounded (change one person: 2ρ)" in totals.data
+    (summary,) = (a.data for a in artifacts("safetab-p-audit", run))
     assert "seeded-1: succeeded" in summary and "SEEDED" in summary
     assert file_sha256(config) in summary  # the config hash, shown to the reviewer
 
@@ -137,7 +143,8 @@ def test_killed_run_reruns_without_redrawing(
     # Reference: the same seed, one uninterrupted run (its own ledger: a comparison, not a
     # second release of the data).
     clean = tmp_path / "reference" / "clean"
-    assert _run(config, clean, *args, "--run-id", "clean") == 0
+    reference = ("--ledger", str(tmp_path / "reference-ledger"))
+    assert _run(config, clean, *args, *reference, "--run-id", "clean") == 0
     drawn = len(count_samples)
     assert drawn > 0
 
@@ -195,15 +202,20 @@ def test_reviewed_coterminous_file_is_used_and_hashed(tmp_path: Path) -> None:
 
     assert das_main(["coterminous", "derive", "--data", str(TOY), "--output", str(sets_file)]) == 0
     args = ("--skip-validation", "--seed", "9")
-    # Three comparisons of the same data: each output has its own ledger (tmp_path/<case>/).
+    # Three comparisons of the same data: each has its own ledger (tmp_path/<case>/ledger).
     derived, reviewed, none = (tmp_path / case / "out" for case in ("derived", "file", "none"))
-    assert _run(config, derived, *args) == 0
-    assert _run(config, reviewed, *args, "--coterminous", str(sets_file)) == 0
+
+    def ledger(out: Path) -> tuple[str, str]:
+        return "--ledger", str(out.parent / "ledger")
+
+    assert _run(config, derived, *args, *ledger(derived)) == 0
+    assert _run(config, reviewed, *args, *ledger(reviewed), "--coterminous", str(sets_file)) == 0
     for name in ("t1/t1.txt", "t2/t2.txt"):
         assert (reviewed / name).read_bytes() == (derived / name).read_bytes(), name
     audit = json.loads((reviewed / "audit.json").read_text())
-    assert audit["inputs"][sets_file.name]["sha256"] == file_sha256(sets_file)
+    sealed = audit["identity"]["sealed_files"]
+    assert sealed["coterminous-geographies.txt"] == file_sha256(sets_file)
     # An empty set list (header only) turns the fix off: DC's state and county then differ.
     sets_file.write_text("SET_ID|REGION_TYPE|REGION_ID\n")
-    assert _run(config, none, *args, "--coterminous", str(sets_file)) == 0
+    assert _run(config, none, *args, *ledger(none), "--coterminous", str(sets_file)) == 0
     assert (none / "t1/t1.txt").read_bytes() != (derived / "t1/t1.txt").read_bytes()

@@ -31,7 +31,7 @@ def test_production_requires_a_ledger_folder(tmp_path: Path, monkeypatch, capsys
     monkeypatch.setenv("DAS_PRODUCTION", "1")
     monkeypatch.delenv("DAS_LEDGER_DIR", raising=False)
     assert main(_args(tmp_path)) == EXIT_USAGE
-    assert "DAS_LEDGER_DIR is not set" in capsys.readouterr().err
+    assert "neither DAS_LEDGER_DIR nor DAS_LEDGER_URL is set" in capsys.readouterr().err
     assert not (tmp_path / "out").exists() and not (tmp_path / "out.das").exists()
 
 

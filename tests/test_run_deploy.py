@@ -74,6 +74,7 @@ def test_production_environment_and_ledger(deployment: dict) -> None:
     env = deployment["work_pool"]["job_variables"]["env"]
     assert env["DAS_PRODUCTION"] == "1"
     assert env["DAS_LEDGER_DIR"] == "{{ prefect.variables.das_ledger_dir }}"
+    assert env["DAS_LEDGER_ID"] == "{{ prefect.variables.das_ledger_id }}"
     assert "DAS_TASK_RUNNER" not in env
 
 
@@ -92,15 +93,15 @@ def test_every_deployment_uses_the_pool_das_deploy_creates() -> None:
 
 
 def test_every_placeholder_is_a_known_variable() -> None:
-    """A misspelt variable would be registered as an empty string: only the three documented
-    variables may appear."""
+    """A misspelt variable would be registered as an empty string: only the documented
+    variables (and the ledger id `das deploy` sets from the ledger) may appear."""
     from prefect.utilities.templating import find_placeholders
 
     from das.cli.deploy import VARIABLES
 
     names = {p.name for s in _strings(yaml.safe_load(PREFECT_YAML.read_text()))
              for p in find_placeholders(s)}  # fmt: skip
-    assert names == {f"prefect.variables.{name}" for name in VARIABLES}
+    assert names == {f"prefect.variables.{name}" for name in (*VARIABLES, "das_ledger_id")}
 
 
 @pytest.mark.parametrize("deployment", _deployments(), ids=lambda d: d["name"])

@@ -23,18 +23,20 @@ pytestmark = pytest.mark.usefixtures("prefect_server")
 def test_swap_flow_writes_outputs_and_a_report_artifact(tmp_path: Path) -> None:
     data = write_unit_folder(tmp_path / "in", n=200, seed=4)
     out = tmp_path / "out"
-    result = swap_flow(
+    state = swap_flow(
         data_dir=str(data),
         output=str(out),
         match=MATCH.split(","),
         swap=SWAP.split(","),
         rate="0.2",
         seed=5,
+        return_state=True,
     )
+    result = state.result()
     assert result["invariants_exact"] is True and result["records"] == 200
     report = json.loads((out / "report.json").read_text())
     assert report["b"] == result["b"] and report["randomness"]["seed"] == 5
-    posted = artifacts(REPORT_ARTIFACT_KEY)
+    posted = artifacts(REPORT_ARTIFACT_KEY, str(state.state_details.flow_run_id))
     assert posted, "no markdown artifact was created"
     assert "## Invariants" in posted[0].data and f"b = {result['b']}" in posted[0].data
 

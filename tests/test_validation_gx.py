@@ -14,6 +14,7 @@ import numpy as np
 import pyarrow as pa
 import pytest
 from spec_fixtures import DEMO_SPECS
+from toy_configs import phsafe_toy_config
 
 from das.cli import main
 from das.io.phsafe import GEO, PERSONS, UNITS
@@ -229,7 +230,8 @@ def test_cli_exit_codes_files_and_private_values(inputs, tmp_path, capsys) -> No
 @pytest.mark.slow
 def test_cli_on_the_census_phsafe_toy_set(census_specs, tmp_path, capsys) -> None:
     toy = census_specs / "phsafe" / "toy"
-    arguments = ["validate", "phsafe", "--config", str(toy / "config_zcdp.json")]
+    config = phsafe_toy_config("zcdp", tmp_path / "config")  # scaled within the ceiling
+    arguments = ["validate", "phsafe", "--config", str(config)]
     assert main([*arguments, "--data", str(toy), "--report", str(tmp_path)]) == 1
     written = json.loads((tmp_path / "report.json").read_text())
     assert written["errors"] == 5 and written["warnings"] == 1

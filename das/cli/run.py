@@ -198,7 +198,7 @@ def _preflight(args: argparse.Namespace, parameters: dict[str, Any]) -> str | No
 
 def run_command(args: argparse.Namespace) -> int:
     """Check the arguments, run the flow, say what happened; the exit code."""
-    from das.runs.folder import RunFolder, check_run_id
+    from das.runs.folder import check_run_id
 
     config, data, output = args.config, args.data, args.output  # absolute (resolved_path)
     if not config.is_file():
@@ -216,8 +216,25 @@ def run_command(args: argparse.Namespace) -> int:
     if args.ledger is not None:
         from das.runs.policy import LEDGER_ENV, LEDGER_URL_ENV
 
+        saved = {name: os.environ.get(name) for name in (LEDGER_ENV, LEDGER_URL_ENV)}
         os.environ[LEDGER_ENV] = str(args.ledger)
         os.environ.pop(LEDGER_URL_ENV, None)
+        try:
+            return _run(args)
+        finally:
+            for name, value in saved.items():
+                if value is None:
+                    os.environ.pop(name, None)
+                else:
+                    os.environ[name] = value
+    return _run(args)
+
+
+def _run(args: argparse.Namespace) -> int:
+    """:func:`run_command` once the ledger setting is in the environment."""
+    from das.runs.folder import RunFolder
+
+    config, data, output = args.config, args.data, args.output
     product = args.run_product
     parameters: dict[str, Any] = {
         "config": str(config),

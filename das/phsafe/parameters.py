@@ -65,3 +65,10 @@ def parse_parameters(sealed: SealedParameters) -> PHSafeParameters | None:
         return None
     queries = {t: tuple(ms) for t, ms in queries_by_table(plan_phsafe(config)).items()}
     return PHSafeParameters(config, queries)
+
+
+def load_parameters(config_path: Path) -> PHSafeParameters | None:
+    """The parameters of a config on disk, sealed and parsed as a run does."""
+    from das.runs.seal import seal_files
+
+    return parse_parameters(seal_files(run_inputs(Path(config_path), Path()).parameters))

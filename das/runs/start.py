@@ -227,6 +227,8 @@ def check_start(
     if request.context not in CONTEXTS:
         raise ValueError(f"unknown run context {request.context!r}")
     production = production_mode()
+    # What needs no parameter file first (a seed, the ledger setting); the plan's budgets after.
+    check_release_policy(request.seed, (), cumulative_total=request.cumulative_total)
     check_inputs_regular(inputs)
     sealed = seal_files(inputs.parameters)
     parameters = parse(sealed)

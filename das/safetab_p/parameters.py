@@ -89,3 +89,14 @@ def parse_parameters(sealed: SealedParameters) -> SafeTabPParameters | None:
         config, stability(specs, config.max_race_codes), detailed_only_levels(specs)
     )
     return SafeTabPParameters(config, specs, coterminous, tuple(plan))
+
+
+def load_parameters(
+    config_path: Path, coterminous: Path | None = None
+) -> SafeTabPParameters | None:
+    """The parameters of a config (and the spec files beside it) on disk, sealed and parsed as
+    a run does (for `das ledger approve`, tools and tests)."""
+    from das.runs.seal import seal_files
+
+    inputs = run_inputs(Path(config_path), Path(), coterminous)
+    return parse_parameters(seal_files(inputs.parameters))

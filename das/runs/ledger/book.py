@@ -738,6 +738,8 @@ class PrivacyLedger:
         """From here on the run counts as spent in full; draws are allowed to this attempt."""
         with self.store.transaction(write=True) as db:
             state = self._current(db, run_id, attempt)
+            if state.status == "completed":
+                return  # a rerun of a published run reuses its draws; it draws nothing new
             if state.status not in ("authorized", "drawing"):
                 raise DrawRefused(
                     f"run {run_id} has no authorized spend (status {state.status}); not drawing"
