@@ -33,7 +33,7 @@ from das.privacy.accounting import summarize  # noqa: E402
 from das.runs.policy import RunRefused  # noqa: E402
 from das.runs.start import RunInputs  # noqa: E402
 from flows.runner import task_runner_from_env  # noqa: E402
-from tasks.common import input_path, record_draws, run_once, validation_gate  # noqa: E402
+from tasks.common import input_path, record_draws, run_once, settled, validation_gate  # noqa: E402
 from tasks.phsafe import (  # noqa: E402
     count_bucket_task,
     derived_tables,
@@ -153,7 +153,7 @@ def _release(
                 )
                 for table, queries in plan.queries.items()
             ]
-            results = [future.result() for future in futures]
+            results = settled(futures)
             record_draws(audit, results, "tables")
         pass_name = plan.config.pass_name
         accountant = pass_accountant(plan, results)

@@ -33,7 +33,7 @@ from das.runs.policy import RunRefused  # noqa: E402
 from das.runs.start import RunInputs  # noqa: E402
 from das.safetab_p.parameters import parse_parameters, run_inputs  # noqa: E402
 from flows.runner import task_runner_from_env  # noqa: E402
-from tasks.common import input_path, record_draws, run_once, validation_gate  # noqa: E402
+from tasks.common import input_path, record_draws, run_once, settled, validation_gate  # noqa: E402
 from tasks.refusal import refused  # noqa: E402
 from tasks.run_context import (  # noqa: E402
     RunRequest,
@@ -156,6 +156,7 @@ def _release(request: RunRequest, inputs: RunInputs, delta: float) -> dict[str, 
                 ]
                 for name, levels in partitions.items()
             }
+            settled([f for fs in futures.values() for f in fs])  # all done, or the failure
             results = {name: [f.result() for f in fs] for name, fs in futures.items()}
             record_draws(audit, [r for rs in results.values() for r in rs], "levels")
         accountants: dict[str, PrivacyAccountant] = {

@@ -293,6 +293,16 @@ def run_once(steps: RunSteps, name: str, call: Callable[[], Any]) -> Any:
     return result
 
 
+def settled(futures: Sequence[Any]) -> list[Any]:
+    """The results of ``futures`` once *all* of them finished: when one fails, the others
+    (drawing tasks) are not left running behind the failure, so the failed attempt's audit
+    lists every draw it persisted."""
+    from prefect.futures import wait
+
+    wait(list(futures))
+    return [future.result() for future in futures]
+
+
 def record_draws(audit: AuditRecorder, results: Sequence[Any], what: str) -> None:
     """The measured partitions' fresh and reused draws, into the audit and the run log."""
     fresh = sum(len(result.fresh) for result in results)

@@ -12,7 +12,7 @@ from das.io.tables import resolve_input
 from das.phsafe.engine import queries_by_table
 from das.phsafe.plan import plan_phsafe
 from das.privacy.accounting import Measurement
-from das.runs.seal import CONFIG, SealedParameters
+from das.runs.seal import CONFIG, ParameterError, SealedParameters
 from das.runs.start import RunInputs, RunPlan, found_inputs
 from das.specs.config import ConfigError, PHSafeConfig, load_phsafe_config
 
@@ -56,14 +56,18 @@ def run_inputs(config_path: Path, data_dir: Path) -> RunInputs:
 
 
 def parse_parameters(sealed: SealedParameters) -> PHSafeParameters | None:
-    """The parsed parameters, or None when the config cannot be parsed (validation reports
-    why, and nothing is drawn)."""
+    """The parsed parameters; :class:`ParameterError` listing every problem of the config."""
+    folder = None
     try:
         with sealed.materialized() as folder:
             config = load_phsafe_config(folder / CONFIG)
-    except (ConfigError, OSError, ValueError):
-        return None
-    queries = {t: tuple(ms) for t, ms in queries_by_table(plan_phsafe(config)).items()}
+    except ConfigError as exc:
+        raise ParameterError.of(exc, folder) from None
+    try:
+        plan = plan_phsafe(config)
+    except ValueError as exc:  # e.g. a τ whose sensitivity puts the noise out of range
+        raise ParameterError.of(exc) from None
+    queries = {t: tuple(ms) for t, ms in queries_by_table(plan).items()}
     return PHSafeParameters(config, queries)
 
 

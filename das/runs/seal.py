@@ -30,6 +30,25 @@ MAX_PARAMETER_BYTES = 256 * 1024 * 1024  # far above any real spec or coterminou
 CONFIG = "config.json"
 
 
+class ParameterError(RunRefused):
+    """The sealed parameters cannot be parsed (a config, spec or coterminous file problem, or a
+    budget outside the limits): refused before any record is read. The parameters are public,
+    so the message lists the problems as the parser reports them (the first few: `das
+    validate` lists every one)."""
+
+    SHOWN = 6
+
+    @classmethod
+    def of(cls, exc: Exception, folder: Path | None = None) -> ParameterError:
+        """From a parser's error; paths in the private parsing folder become bare names."""
+        text = str(exc) if folder is None else str(exc).replace(f"{folder}/", "")
+        lines = text.splitlines()
+        if len(lines) > cls.SHOWN + 1:
+            more = len(lines) - cls.SHOWN - 1
+            lines = [*lines[: cls.SHOWN + 1], f"  ... and {more} more (`das validate` lists all)"]
+        return cls("the run's parameters are not valid: " + "\n".join(lines))
+
+
 def _sha256(data: bytes) -> str:
     return hashlib.sha256(data).hexdigest()
 

@@ -16,7 +16,7 @@ import pandas as pd
 from das.io.safetab_p import GRF_C, PERSON_RECORDS, grf_c_path, person_records_path
 from das.io.tables import InputFormatError
 from das.privacy.accounting import Measurement
-from das.runs.seal import CONFIG, SealedParameters
+from das.runs.seal import CONFIG, ParameterError, SealedParameters
 from das.runs.start import RunInputs, RunPlan, found_inputs
 from das.safetab_p.coterminous import CoterminousFileError, read_coterminous_file
 from das.safetab_p.plan import plan_safetab_p
@@ -71,8 +71,9 @@ def _named(found: dict[str, Path], name: str) -> dict[str, Path]:
 
 
 def parse_parameters(sealed: SealedParameters) -> SafeTabPParameters | None:
-    """The parsed parameters, or None when they cannot be parsed (validation, which reads the
-    run folder's sealed copy, then reports every problem, and nothing is drawn)."""
+    """The parsed parameters; :class:`ParameterError` listing every problem of a file (the
+    parameters are public: the problems may quote them)."""
+    folder = None
     try:
         with sealed.materialized() as folder:
             config = load_safetab_p_config(folder / CONFIG)
@@ -82,12 +83,14 @@ def parse_parameters(sealed: SealedParameters) -> SafeTabPParameters | None:
                 if COTERMINOUS in sealed.names()
                 else None
             )
-    except (ConfigError, SpecFileError, CoterminousFileError, InputFormatError, OSError,
-            ValueError):  # fmt: skip
-        return None
-    plan = plan_safetab_p(
-        config, stability(specs, config.max_race_codes), detailed_only_levels(specs)
-    )
+    except (ConfigError, SpecFileError, CoterminousFileError, InputFormatError) as exc:
+        raise ParameterError.of(exc, folder) from None
+    try:
+        plan = plan_safetab_p(
+            config, stability(specs, config.max_race_codes), detailed_only_levels(specs)
+        )
+    except ValueError as exc:  # e.g. a budget whose noise the samplers cannot draw
+        raise ParameterError.of(exc) from None
     return SafeTabPParameters(config, specs, coterminous, tuple(plan))
 
 
