@@ -32,7 +32,7 @@ JsonBody = Annotated[dict[str, Any], Body()]
 
 
 def plotly_js() -> Path:
-    """plotly.min.js shipped inside the plotly wheel (pinned in pyproject)."""
+    """plotly.min.js shipped inside the plotly wheel (its version pinned in requirements.lock)."""
     return Path(str(resources.files("plotly") / "package_data" / "plotly.min.js"))
 
 
