@@ -45,7 +45,7 @@ LOG = logging.getLogger("explorer")
 
 
 def plotly_js() -> Path:
-    """plotly.min.js shipped inside the plotly wheel (pinned in pyproject)."""
+    """plotly.min.js shipped inside the plotly wheel (its version pinned in requirements.lock)."""
     return Path(str(resources.files("plotly") / "package_data" / "plotly.min.js"))
 
 

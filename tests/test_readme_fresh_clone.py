@@ -3,9 +3,10 @@
 Slow (several minutes, so run by ``.ci/e2e-wheel`` with ``DAS_E2E=1``, not by the plain test
 command): clones this repository's committed HEAD into a temporary folder, reads the first
 command of the README's first ``bash`` block from the clone, and runs it there with bash, as a
-user would paste it (a new virtualenv, an editable install, then ``das demo --output demo``, a
-relative output folder). The demo must complete: inputs, validation reports with Data Docs,
-budget reports, and both releases with their audits.
+user would paste it (a new virtualenv, the hash-checked install of ``requirements.lock``, the
+project's editable install, then ``das demo --output demo``, a relative output folder). The
+demo must complete: inputs, validation reports with Data Docs, budget reports, and both
+releases with their audits.
 """
 
 from __future__ import annotations
@@ -22,17 +23,38 @@ REPO = Path(__file__).resolve().parents[1]
 TIMEOUT = 1800
 
 
+# What both README commands install with: the lock, hash-checked, then the project without
+# fetching anything (its build backend is in the lock).
+LOCKED_INSTALL = (
+    "python3 -m venv .venv && "
+    ".venv/bin/pip install -q --no-deps --require-hashes -r requirements.lock && "
+    ".venv/bin/pip install -q --no-deps --no-build-isolation -e . && "
+)
+
+
+def readme_commands(readme: Path) -> list[str]:
+    """The lines of the first fenced ``bash`` block."""
+    match = re.search(r"^```bash\n(.*?)^```", readme.read_text(encoding="utf-8"), re.M | re.S)
+    assert match, "the README has no bash block"
+    return match.group(1).splitlines()
+
+
 def readme_first_command(readme: Path) -> str:
     """The first line of the first fenced ``bash`` block."""
-    match = re.search(r"^```bash\n(.+?)\n", readme.read_text(encoding="utf-8"), re.MULTILINE)
-    assert match, "the README has no bash block"
-    return match.group(1)
+    return readme_commands(readme)[0]
 
 
 def test_readme_first_command_is_the_demo() -> None:
     command = readme_first_command(REPO / "README.md")
-    assert "das demo --output demo" in command
-    assert command.startswith("python3 -m venv .venv")
+    assert command == LOCKED_INSTALL + ".venv/bin/das demo --output demo"
+
+
+def test_readme_second_command_is_the_tests_and_ci_runs_it_verbatim() -> None:
+    commands = readme_commands(REPO / "README.md")
+    assert len(commands) == 2, commands
+    assert commands[1] == LOCKED_INSTALL + ".venv/bin/python -m pytest -q"
+    ci = (REPO / ".ci" / "run").read_text(encoding="utf-8").splitlines()
+    assert commands[1] in ci
 
 
 @pytest.mark.slow

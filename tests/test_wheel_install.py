@@ -1,16 +1,25 @@
 """A non-editable install works: the wheel ships the GX suites and the demo specs as package
 data, and the installed `das` finds them, from a working directory that is not the checkout.
+And the air-gapped install of the README works: the wheelhouse of ``requirements.lock`` plus the
+project's wheel, installed with no index and no network.
 
 Slow (two to five minutes, so run by ``.ci/e2e-wheel`` with ``DAS_E2E=1``, not by the plain
-test command): builds the wheel of this working tree, installs it with its
-dependencies into a fresh virtualenv (pip's cache and the configured indexes), then runs
-`das synth`, `das validate` (relative paths) and `das budget report` on a shipped demo config.
+test command): builds the wheel of this working tree, then
+
+- installs it with its dependencies, without the lock (pyproject's ranges), into a fresh
+  virtualenv (pip's cache and the configured indexes), then runs `das synth`, `das validate`
+  (relative paths) and `das budget report` on a shipped demo config;
+- downloads the lock's files into a wheelhouse (pip's cache: .ci/run's install filled it),
+  installs them and the wheel into another fresh virtualenv with ``--no-index``, pip's
+  configuration ignored and any network access sent to a closed port, checks that the
+  environment is exactly the lock, then runs `das --help` and `das budget report`.
 """
 
 from __future__ import annotations
 
 import json
 import os
+import re
 import shutil
 import subprocess
 import sys
@@ -18,6 +27,7 @@ import zipfile
 from pathlib import Path
 
 import pytest
+from lock_file import LOCK, frozen_versions, locked_versions
 
 REPO = Path(__file__).resolve().parents[1]
 # Where each top-level folder's files sit in the wheel: the data folders inside das.resources,
@@ -40,8 +50,26 @@ pytestmark = [
 ]
 
 
-def _run(argv: list[str], cwd: Path, timeout: int = 300) -> subprocess.CompletedProcess[str]:
-    env = {k: v for k, v in os.environ.items() if k not in ("PYTHONPATH", "VIRTUAL_ENV")}
+# No network for the offline install: pip's configuration (its indexes, find-links folders)
+# ignored, and anything that still tries HTTP(S) sent to a port nothing listens on.
+OFFLINE_ENV = {
+    "PIP_CONFIG_FILE": os.devnull,
+    "HTTP_PROXY": "http://127.0.0.1:9",
+    "HTTPS_PROXY": "http://127.0.0.1:9",
+    "http_proxy": "http://127.0.0.1:9",
+    "https_proxy": "http://127.0.0.1:9",
+}
+
+
+def _run(
+    argv: list[str], cwd: Path, timeout: int = 300, env: dict[str, str] | None = None
+) -> subprocess.CompletedProcess[str]:
+    """Run argv; with ``env``, those variables over a copy of this environment whose pip
+    settings (PIP_*) are dropped."""
+    base = {k: v for k, v in os.environ.items() if k not in ("PYTHONPATH", "VIRTUAL_ENV")}
+    if env is not None:
+        base = {k: v for k, v in base.items() if not k.upper().startswith("PIP_")} | env
+    env = base
     env["PREFECT_HOME"] = str(cwd / ".prefect")
     done = subprocess.run(
         argv, cwd=cwd, env=env, capture_output=True, text=True, timeout=timeout, check=False
@@ -76,27 +104,67 @@ def _shipped_data_files() -> list[str]:
 
 
 @pytest.fixture(scope="module")
-def installed(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, Path]:
-    """(wheel, virtualenv): the wheel of this tree, installed with its dependencies."""
-    root = tmp_path_factory.mktemp("wheel")
-    dist = root / "dist"
+def wheel(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """The wheel of this tree, built by the lock's setuptools (this test environment's)."""
+    root = tmp_path_factory.mktemp("dist")
     # setuptools builds in the tree's build/ and would pack stale files left there by an
     # earlier build (a module since deleted): start from an empty one.
     shutil.rmtree(REPO / "build", ignore_errors=True)
     _run(
-        [sys.executable, "-m", "pip", "wheel", "--no-deps", "-q", "-w", str(dist), str(REPO)],
+        [sys.executable, "-m", "pip", "wheel", "--no-deps", "--no-build-isolation", "-q",
+         "-w", str(root), str(REPO)],
         cwd=root,
         timeout=INSTALL_TIMEOUT,
-    )
-    (wheel,) = dist.glob("das_pipeline-*.whl")
+    )  # fmt: skip
+    (built,) = root.glob("das_pipeline-*.whl")
+    return built
+
+
+@pytest.fixture(scope="module")
+def installed(wheel: Path, tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, Path]:
+    """(wheel, virtualenv): the wheel of this tree, installed with its dependencies as
+    pyproject's ranges resolve them today (no lock)."""
+    root = tmp_path_factory.mktemp("wheel")
     venv = root / "venv"
     _run([sys.executable, "-m", "venv", str(venv)], cwd=root)
+    pip = [str(venv / "bin" / "python"), "-m", "pip"]
+    _run([*pip, "install", "-q", str(wheel)], cwd=root, timeout=INSTALL_TIMEOUT)
+    _run([*pip, "check"], cwd=root)
+    return wheel, venv
+
+
+@pytest.fixture(scope="module")
+def offline(wheel: Path, tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """The README's air-gapped install: the virtualenv made from the wheelhouse alone."""
+    root = tmp_path_factory.mktemp("airgap")
+    wheelhouse = root / "wheelhouse"
+    # Outside the enclave (PyPI, or pip's cache of the same files).
     _run(
-        [str(venv / "bin" / "python"), "-m", "pip", "install", "-q", str(wheel)],
+        [sys.executable, "-m", "pip", "download", "-q", "--no-deps", "--only-binary", ":all:",
+         "--require-hashes", "-r", str(LOCK), "-d", str(wheelhouse)],
         cwd=root,
         timeout=INSTALL_TIMEOUT,
-    )
-    return wheel, venv
+    )  # fmt: skip
+    shutil.copy2(wheel, wheelhouse)
+    assert len(list(wheelhouse.glob("*.whl"))) == len(locked_versions()) + 1
+    # Inside: no index, no network, nothing but the wheelhouse.
+    venv = root / "venv"
+    _run([sys.executable, "-m", "venv", str(venv)], cwd=root)
+    pip = [str(venv / "bin" / "python"), "-m", "pip"]
+    _run(
+        [*pip, "install", "-q", "--no-cache-dir", "--no-index", "--find-links", str(wheelhouse),
+         "--only-binary", ":all:", "--no-deps", "--require-hashes", "-r", str(LOCK)],
+        cwd=root,
+        timeout=INSTALL_TIMEOUT,
+        env=OFFLINE_ENV,
+    )  # fmt: skip
+    _run(
+        [*pip, "install", "-q", "--no-cache-dir", "--no-index", "--no-deps",
+         str(wheelhouse / wheel.name)],
+        cwd=root,
+        env=OFFLINE_ENV,
+    )  # fmt: skip
+    return venv
 
 
 def test_wheel_ships_every_data_file(installed: tuple[Path, Path]) -> None:
@@ -162,3 +230,29 @@ def test_installed_das_runs_from_any_directory(
     report = json.loads(done.stdout)
     assert report["privacy_defn"] == "zcdp"
     assert report["passes"]["US"]["queries"]
+
+
+def test_offline_install_is_exactly_the_lock(offline: Path) -> None:
+    pip = [str(offline / "bin" / "python"), "-m", "pip"]
+    _run([*pip, "check"], cwd=offline, env=OFFLINE_ENV)
+    frozen = _run([*pip, "freeze", "--all"], cwd=offline, env=OFFLINE_ENV).stdout
+    assert frozen_versions(frozen) == locked_versions()
+    # The project: its wheel (pip names the file it came from), not an editable checkout.
+    (project,) = [line for line in frozen.splitlines() if re.match(r"-e |das-pipeline\b", line)]
+    assert re.match(r"das-pipeline @ file://\S+/das_pipeline-0\.1\.0-\S+\.whl", project), project
+
+
+def test_offline_das_runs(offline: Path, tmp_path: Path) -> None:
+    das = str(offline / "bin" / "das")
+    assert "budget" in _run([das, "--help"], cwd=tmp_path, env=OFFLINE_ENV).stdout
+    # The README's `das budget report` on the demo config, from a copy of the checkout's
+    # data_specs/ (relative path), the package and its dependencies from the wheelhouse.
+    demo = Path("data_specs", "safetab_p", "demo")
+    shutil.copytree(REPO / demo, tmp_path / demo)
+    done = _run(
+        [das, "budget", "report", "--config", str(demo / "config.json")],
+        cwd=tmp_path,
+        env=OFFLINE_ENV,
+    )
+    assert "safetab-p budget report (zcdp)" in done.stdout
+    assert "Pass US" in done.stdout
