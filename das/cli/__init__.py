@@ -8,6 +8,7 @@ import sys
 from collections.abc import Sequence
 
 from das.offline import configure_offline
+from das.prefect_auth import SecretError, configure_prefect_auth
 
 # Each module registers its sub-commands; a module is imported only to build the parser.
 COMMAND_MODULES = (
@@ -22,6 +23,7 @@ COMMAND_MODULES = (
     "explore",
     "audit_privacy",
     "deploy",
+    "prefect_wrapper",
 )
 
 
@@ -38,6 +40,16 @@ def build_parser() -> argparse.ArgumentParser:
 def main(argv: Sequence[str] | None = None) -> int:
     """Entry point of the `das` console script; returns the process exit code."""
     configure_offline()
+    try:  # the Prefect server's auth string, for this process and its children
+        configure_prefect_auth()
+    except SecretError as exc:
+        print(f"das: error: {exc}", file=sys.stderr)
+        return 2
+    argv = list(sys.argv[1:] if argv is None else argv)
+    if argv[:1] == ["prefect"]:  # passed through whole: argparse would take prefect's options
+        from das.cli.prefect_wrapper import prefect_command_line
+
+        return prefect_command_line(argv[1:])
     parser = build_parser()
     args = parser.parse_args(argv)
     return int(args.handler(args) or 0)

@@ -12,8 +12,12 @@ engine never imports Prefect):
 3. the process work pool the deployments name (``das-enclave``) is created when missing;
 4. ``prefect deploy --prefect-file deploy/prefect.yaml --all`` registers the deployments.
 
-Needs ``PREFECT_API_URL`` (the server the deployments go to). Exit codes: 0 registered,
-1 a Prefect command failed, 2 usage error (no API URL, a missing variable, no checkout).
+Needs ``PREFECT_API_URL`` (the server the deployments go to) and, for a server with
+authentication, its auth string (``DAS_PREFECT_AUTH_FILE``, a file only its owner can read; or
+``PREFECT_API_AUTH_STRING``): the server is asked first, and an unreachable server or refused
+credentials stop here; a server that answers anonymous calls gets a warning. Exit codes: 0
+registered, 1 a Prefect command failed, 2 usage error (no API URL, server unreachable or
+credentials refused, a missing variable, no checkout).
 """
 
 from __future__ import annotations
@@ -28,6 +32,7 @@ from collections.abc import Sequence
 from pathlib import Path
 
 from das.cli.arguments import resolved_path
+from das.prefect_auth import AUTH_FILE_ENV, CLIENT_AUTH, check_api
 
 EXIT_OK, EXIT_FAILED, EXIT_USAGE = 0, 1, 2
 PREFECT_FILE = Path("deploy") / "prefect.yaml"
@@ -156,6 +161,17 @@ def deploy_command(args: argparse.Namespace) -> int:
             file=sys.stderr,
         )
         return EXIT_USAGE
+    problem, anonymous = check_api(os.environ["PREFECT_API_URL"], os.environ.get(CLIENT_AUTH))
+    if problem:
+        print(f"das deploy: error: {problem}", file=sys.stderr)
+        return EXIT_USAGE
+    if anonymous:
+        print(
+            "das deploy: warning: the Prefect server answers anonymous calls: anyone who reaches "
+            "it can trigger a release. Start it with `das prefect server start` and "
+            f"{AUTH_FILE_ENV} (README, Run it in production)",
+            file=sys.stderr,
+        )
     checkout = args.checkout.resolve() if args.checkout else checkout_root()
     if checkout is None or not (checkout / PREFECT_FILE).is_file():
         print(f"das deploy: error: no {PREFECT_FILE} here or in --checkout", file=sys.stderr)
@@ -199,7 +215,7 @@ def deploy_command(args: argparse.Namespace) -> int:
         return EXIT_FAILED
     print(
         f"das deploy: deployments registered in pool {WORK_POOL}; start a worker from the "
-        f"checkout with: .venv/bin/prefect worker start --pool {WORK_POOL}"
+        f"checkout with: .venv/bin/das prefect worker start --pool {WORK_POOL}"
     )
     return EXIT_OK
 
