@@ -144,6 +144,27 @@ def check_api(
     return None, anonymous
 
 
+def server_accepts(prog: str) -> bool:
+    """Before ``prog`` (``das deploy``, ``das run``) talks to the server of
+    ``PREFECT_API_URL``: False, with the problem on stderr in one line, when the server cannot
+    be reached or refuses the credentials; a warning when it answers anonymous calls."""
+    import sys
+
+    api_url = os.environ["PREFECT_API_URL"]
+    problem, anonymous = check_api(api_url, os.environ.get(CLIENT_AUTH))
+    if problem:
+        print(f"{prog}: error: {problem}", file=sys.stderr)
+        return False
+    if anonymous:
+        print(
+            f"{prog}: warning: the Prefect server at {api_url} answers anonymous calls: anyone "
+            "who reaches it can trigger a release. Start it with `das prefect server start` and "
+            f"{AUTH_FILE_ENV} (README, Run it in production)",
+            file=sys.stderr,
+        )
+    return True
+
+
 def dask_setup(worker: object = None) -> None:
     """``dask worker ... --preload das.prefect_auth``: the worker's task runs authenticate to
     the Prefect server with the auth string of ``DAS_PREFECT_AUTH_FILE``."""

@@ -205,4 +205,21 @@ def test_das_deploy_warns_about_an_open_server(
     with _api(is_open=True) as url:
         monkeypatch.setenv("PREFECT_API_URL", url)
         das(["deploy"])  # the fake server has no variables: refused after the warning
-    assert "warning: the Prefect server answers anonymous calls" in capsys.readouterr().err
+    assert "das deploy: warning:" in (err := capsys.readouterr().err) and "anonymous calls" in err
+
+
+def test_das_run_stops_at_refused_credentials(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture
+) -> None:
+    """One line and exit 2 before anything runs (not a traceback from the flow's first call)."""
+    for name in ("DAS_PREFECT_AUTH_FILE", "PREFECT_API_AUTH_STRING"):
+        monkeypatch.delenv(name, raising=False)
+    output = tmp_path / "out"
+    with _api(is_open=False) as url:
+        monkeypatch.setenv("PREFECT_API_URL", url)
+        argv = ["run", "safetab-p", "--config", str(tmp_path / "config.json"),
+                "--data", str(tmp_path), "--output", str(output)]  # fmt: skip
+        assert das(argv) == 2
+    err = capsys.readouterr().err
+    assert err.startswith("das run: error: the Prefect server at") and "HTTP 401" in err
+    assert not output.exists() and not (tmp_path / "out.das").exists()

@@ -4,11 +4,12 @@ from __future__ import annotations
 
 import argparse
 import importlib
+import os
 import sys
 from collections.abc import Sequence
 
 from das.offline import configure_offline
-from das.prefect_auth import SecretError, configure_prefect_auth
+from das.prefect_auth import SecretError, configure_prefect_auth, server_accepts
 
 # Each module registers its sub-commands; a module is imported only to build the parser.
 COMMAND_MODULES = (
@@ -52,6 +53,11 @@ def main(argv: Sequence[str] | None = None) -> int:
         return prefect_command_line(argv[1:])
     parser = build_parser()
     args = parser.parse_args(argv)
+    # `das run` against a server: refused credentials stop here, in one line (exit 2, nothing
+    # drawn), not in a traceback from the flow's first API call. (`das deploy` asks itself.)
+    api = os.environ.get("PREFECT_API_URL")
+    if args.command == "run" and api and not server_accepts("das run"):
+        return 2
     return int(args.handler(args) or 0)
 
 

@@ -32,7 +32,7 @@ from collections.abc import Sequence
 from pathlib import Path
 
 from das.cli.arguments import resolved_path
-from das.prefect_auth import AUTH_FILE_ENV, CLIENT_AUTH, check_api
+from das.prefect_auth import server_accepts
 
 EXIT_OK, EXIT_FAILED, EXIT_USAGE = 0, 1, 2
 PREFECT_FILE = Path("deploy") / "prefect.yaml"
@@ -161,17 +161,8 @@ def deploy_command(args: argparse.Namespace) -> int:
             file=sys.stderr,
         )
         return EXIT_USAGE
-    problem, anonymous = check_api(os.environ["PREFECT_API_URL"], os.environ.get(CLIENT_AUTH))
-    if problem:
-        print(f"das deploy: error: {problem}", file=sys.stderr)
+    if not server_accepts("das deploy"):
         return EXIT_USAGE
-    if anonymous:
-        print(
-            "das deploy: warning: the Prefect server answers anonymous calls: anyone who reaches "
-            "it can trigger a release. Start it with `das prefect server start` and "
-            f"{AUTH_FILE_ENV} (README, Run it in production)",
-            file=sys.stderr,
-        )
     checkout = args.checkout.resolve() if args.checkout else checkout_root()
     if checkout is None or not (checkout / PREFECT_FILE).is_file():
         print(f"das deploy: error: no {PREFECT_FILE} here or in --checkout", file=sys.stderr)
