@@ -1,11 +1,12 @@
 """Time of a deployment run from its trigger to its first measure task, on a real local stack.
 
-Starts ``prefect server``, ``das deploy --local`` (20,000 synthetic persons) and a process
-worker (tests/prefect_stack.py), then triggers ``safetab-p/safetab-p-us-pr`` and
-``phsafe/phsafe-us`` one after the other, ``--runs`` times each, and prints per run: trigger →
-flow running, → validation done, → first measure task started, → completed (seconds, from the
-API's timestamps). ``--warm`` first starts a Dask scheduler and two worker processes from the
-checkout and gives the Prefect worker ``DAS_DASK_ADDRESS`` (a warm cluster shared by the runs).
+Starts ``prefect server`` (authenticated, as in production), ``das deploy --local`` (20,000
+synthetic persons) and a process worker (tests/prefect_stack.py), then triggers
+``safetab-p/safetab-p-us-pr`` and ``phsafe/phsafe-us`` one after the other, ``--runs`` times
+each, and prints per run: trigger → flow running, → validation done, → first measure task
+started, → completed (seconds, from the API's timestamps). ``--warm`` first starts a Dask
+scheduler and two worker processes from the checkout and gives the Prefect worker
+``DAS_DASK_ADDRESS`` (a warm cluster shared by the runs).
 
     python benchmarks/deployment.py [--runs 2] [--warm]
 """
@@ -57,7 +58,10 @@ def main() -> None:
             stack.start("dask-scheduler", [str(VENV_BIN / "dask"), "scheduler", "--host",
                         "127.0.0.1", "--port", address.rsplit(":", 1)[1],
                         "--dashboard-address", ":0"])  # fmt: skip
-            workers = ["--nworkers", "2", "--nthreads", "1", "--dashboard-address", ":0"]
+            # The preload gives the workers the server's auth string (DAS_PREFECT_AUTH_FILE):
+            # their task runs report to the authenticated server.
+            workers = ["--nworkers", "2", "--nthreads", "1", "--dashboard-address", ":0",
+                       "--preload", "das.prefect_auth"]  # fmt: skip
             stack.start("dask-workers", [str(VENV_BIN / "dask"), "worker", address, *workers])
             stack.env["DAS_DASK_ADDRESS"] = address
         start_worker(stack)

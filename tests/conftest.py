@@ -13,7 +13,9 @@ configure_offline(prefect_home=Path(tempfile.mkdtemp(prefix="das-test-prefect-")
 
 # One plugin module, hence one session-wide temporary Prefect server (a fixture imported into
 # several test modules would be a separate definition, and a separate server, in each).
-pytest_plugins = ("prefect_fixtures", "prefect_stack")  # prefect_stack: issue 11 e2e
+# pg_cluster: the session fixture postgres_cluster (a private PostgreSQL; fails when it cannot
+# start, unless DAS_TEST_POSTGRES_SKIP=1).
+pytest_plugins = ("prefect_fixtures", "prefect_stack", "pg_cluster")  # prefect_stack: issue 11 e2e
 
 REPO = Path(__file__).resolve().parents[1]
 SHARED = REPO.parent / "shared"

@@ -1,17 +1,25 @@
 """A real local Prefect stack from this checkout, as an operator runs it (README "Run it in
-production"): ``prefect server start`` on a free port, ``das deploy --local`` (work pool and
-every deployment, small synthetic inputs), and a process worker started from the project's
-virtualenv. Used by the end-to-end and browser tests (``-m e2e``) and by
-``benchmarks/deployment.py``.
+production"): ``das prefect server start`` on a free port with basic authentication and CSRF
+protection (the auth string in a 0600 file named by ``DAS_PREFECT_AUTH_FILE``), ``das deploy
+--local`` (work pool and every deployment, small synthetic inputs), and a process worker
+(``das prefect worker start``) from the project's virtualenv. Used by the end-to-end and
+browser tests (``-m e2e``) and by ``benchmarks/deployment.py``.
 
-The test process talks to the server over its REST API with plain HTTP, the way the UI does,
-so what a test does is what an operator's clicks do.
+The server's database is SQLite in its ``PREFECT_HOME``, or PostgreSQL when
+``DAS_E2E_DATABASE=postgresql`` (``.ci/e2e-postgres``): the ``prefect_stack`` fixture then
+starts a private cluster (``tests/pg_cluster.py``) and gives the server its asyncpg URL, with
+the password in a 0600 file (``DAS_PREFECT_DATABASE_PASSWORD_FILE``) as in production.
+
+The test process talks to the server over its REST API with plain HTTP, the way the UI does
+(the auth header, a CSRF token on every change), so what a test does is what an operator's
+clicks do.
 """
 
 from __future__ import annotations
 
 import contextlib
 import os
+import secrets
 import signal
 import socket
 import subprocess
@@ -22,12 +30,16 @@ from collections.abc import Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
+from urllib.parse import urlsplit, urlunsplit
 
 import httpx
 
 REPO = Path(__file__).resolve().parents[1]
 VENV_BIN = Path(sys.executable).parent
 TERMINAL = {"COMPLETED", "FAILED", "CRASHED", "CANCELLED"}
+DATABASE_ENV = "DAS_E2E_DATABASE"  # sqlite (default) or postgresql
+AUTH_USER = "das-e2e"
+CHANGES = {"POST", "PUT", "PATCH", "DELETE"}  # the methods the server's CSRF check covers
 
 
 def run_folders(output: Path) -> list[Path]:
@@ -43,9 +55,31 @@ def free_port() -> int:
         return sock.getsockname()[1]
 
 
-def stack_environment(home: Path, port: int) -> dict[str, str]:
-    """Offline, isolated Prefect settings for the server, the worker and ``das deploy``."""
+def write_secret(path: Path, secret: str) -> Path:
+    """``secret`` in a new file that only its owner can read or write (0600)."""
+    path.parent.mkdir(parents=True, exist_ok=True)
+    descriptor = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
+    with os.fdopen(descriptor, "w") as file:
+        file.write(secret + "\n")
+    return path
+
+
+def password_placeholder_url(url: str) -> str:
+    """``url`` with its password replaced by ``${PREFECT_SERVER_DATABASE_PASSWORD}``: Prefect
+    fills it in from that setting, so the URL itself holds no secret."""
+    parts = urlsplit(url)
+    user, _, host = parts.netloc.rpartition("@")
+    name = user.split(":", 1)[0]
+    netloc = f"{name}:${{PREFECT_SERVER_DATABASE_PASSWORD}}@{host}"
+    return urlunsplit(parts._replace(netloc=netloc))
+
+
+def stack_environment(home: Path, port: int, auth_file: Path | None = None) -> dict[str, str]:
+    """Offline, isolated Prefect settings for the server, the worker and ``das deploy``; the
+    auth string comes from ``auth_file`` (``DAS_PREFECT_AUTH_FILE``), read by ``das``."""
     env = {k: v for k, v in os.environ.items() if not k.startswith(("PREFECT_", "DAS_"))}
+    if auth_file is not None:
+        env["DAS_PREFECT_AUTH_FILE"] = str(auth_file)
     env.update(
         PREFECT_HOME=str(home),
         PREFECT_API_URL=f"http://127.0.0.1:{port}/api",
@@ -65,14 +99,21 @@ def stack_environment(home: Path, port: int) -> dict[str, str]:
 
 @dataclass
 class PrefectStack:
-    """A running server + deployments + worker; ``api`` is an HTTP client on its API."""
+    """A running server + deployments + worker; ``api`` is an HTTP client on its API (with
+    the auth header; ``request`` adds the CSRF token to changes)."""
 
     base: Path
     port: int
     env: dict[str, str]
     root: Path
+    auth_string: str | None = None
+    database: str = "sqlite"
+    postgres: Any = None  # pg_cluster.PostgresURLs of a PostgreSQL server database
+    server_env: dict[str, str] = field(default_factory=dict)  # the server's only
     processes: dict[str, subprocess.Popen] = field(default_factory=dict)
     logs: dict[str, Path] = field(default_factory=dict)
+    csrf_client: str = field(default_factory=lambda: secrets.token_hex(16))
+    _csrf: tuple[str, float] | None = None  # token, expiry (monotonic)
 
     @property
     def api_url(self) -> str:
@@ -83,17 +124,30 @@ class PrefectStack:
         return f"http://127.0.0.1:{self.port}"
 
     @property
+    def auth_headers(self) -> dict[str, str]:
+        from das.prefect_auth import basic_authorization
+
+        return {"Authorization": basic_authorization(self.auth_string)} if self.auth_string else {}
+
+    @property
     def api(self) -> httpx.Client:
+        return httpx.Client(base_url=self.api_url, timeout=120, headers=self.auth_headers)
+
+    @property
+    def anonymous(self) -> httpx.Client:
+        """An HTTP client on the API without credentials (what anyone on the network has)."""
         return httpx.Client(base_url=self.api_url, timeout=120)
 
     # -- processes ---------------------------------------------------------------------------
-    def start(self, name: str, argv: list[str]) -> subprocess.Popen:
+    def start(
+        self, name: str, argv: list[str], extra_env: dict[str, str] | None = None
+    ) -> subprocess.Popen:
         log = self.base / f"{name}.log"
         self.logs[name] = log
         process = subprocess.Popen(
             argv,
             cwd=REPO,
-            env=self.env,
+            env={**self.env, **(extra_env or {})},
             stdout=log.open("ab"),
             stderr=subprocess.STDOUT,
             start_new_session=True,  # its own process group: stopped as a whole, by its id
@@ -101,10 +155,16 @@ class PrefectStack:
         self.processes[name] = process
         return process
 
-    def run(self, argv: list[str], timeout: float = 600) -> subprocess.CompletedProcess:
-        return subprocess.run(
-            argv, cwd=REPO, env=self.env, capture_output=True, text=True, timeout=timeout
-        )
+    def run(
+        self, argv: list[str], timeout: float = 600, env: dict[str, str] | None = None
+    ) -> subprocess.CompletedProcess:
+        return subprocess.run(argv, cwd=REPO, env=self.env if env is None else env,
+                              capture_output=True, text=True, timeout=timeout)  # fmt: skip
+
+    def prefect(self, *args: str, timeout: float = 600) -> subprocess.CompletedProcess:
+        """``das prefect --no-prompt ARGS``: the operator's ``prefect`` command, authenticated
+        by the auth file."""
+        return self.run([str(VENV_BIN / "das"), "prefect", "--no-prompt", *args], timeout)
 
     def stop(self) -> None:
         for process in reversed(list(self.processes.values())):
@@ -126,13 +186,28 @@ class PrefectStack:
         return "\n".join(path.read_text(errors="replace").splitlines()[-lines:])
 
     # -- API -----------------------------------------------------------------------------------
+    def csrf_headers(self, refresh: bool = False) -> dict[str, str]:
+        """The CSRF headers a change needs, as Prefect's clients and the UI send them: a token
+        the server issued for this client id (``GET /csrf-token``), kept until it expires."""
+        if refresh or self._csrf is None or time.monotonic() > self._csrf[1]:
+            with self.api as api:
+                response = api.get("/csrf-token", params={"client": self.csrf_client})
+            response.raise_for_status()
+            self._csrf = (response.json()["token"], time.monotonic() + 600)
+        return {"Prefect-Csrf-Token": self._csrf[0], "Prefect-Csrf-Client": self.csrf_client}
+
     def request(self, method: str, path: str, body: Any = None, attempts: int = 5) -> Any:
         """One API call, its JSON. A server busy on its SQLite database answers 503 or late;
         the call is repeated then (a 503 is a rolled-back transaction: nothing was done)."""
         for attempt in range(attempts):
             try:
+                headers = self.csrf_headers() if method.upper() in CHANGES else {}
                 with self.api as api:
-                    response = api.request(method, path, json=body)
+                    response = api.request(method, path, json=body, headers=headers)
+                if response.status_code == 403 and "Invalid CSRF token" in response.text:
+                    headers = self.csrf_headers(refresh=True)
+                    with self.api as api:
+                        response = api.request(method, path, json=body, headers=headers)
             except httpx.TransportError:
                 if attempt == attempts - 1:
                     raise
@@ -242,15 +317,33 @@ def wait_for_health(stack: PrefectStack, timeout: float = 240) -> None:
 
 
 @contextlib.contextmanager
-def local_stack(base: Path | None = None, worker: bool = True) -> Iterator[PrefectStack]:
-    """Server, ``das deploy --local`` into ``<base>/root``, and (``worker``) a worker."""
+def local_stack(
+    base: Path | None = None, worker: bool = True, postgres: Any = None
+) -> Iterator[PrefectStack]:
+    """Server (authenticated, CSRF protection on; its database on ``postgres``, a
+    ``pg_cluster.PostgresURLs``, else SQLite), ``das deploy --local`` into ``<base>/root``,
+    and (``worker``) a worker."""
     base = Path(base or tempfile.mkdtemp(prefix="das-e2e-"))
     port = free_port()
-    stack = PrefectStack(base=base, port=port, env=stack_environment(base / "home", port),
-                         root=base / "root")  # fmt: skip
+    auth_string = f"{AUTH_USER}:{secrets.token_urlsafe(24)}"
+    auth_file = write_secret(base / "secrets" / "prefect-auth", auth_string)
+    stack = PrefectStack(base=base, port=port, root=base / "root", auth_string=auth_string,
+                         env=stack_environment(base / "home", port, auth_file))  # fmt: skip
+    if postgres is not None:
+        from sqlalchemy.engine import make_url
+
+        password = make_url(postgres.async_url).password
+        stack.database, stack.postgres = "postgresql", postgres
+        stack.server_env = {
+            "PREFECT_API_DATABASE_CONNECTION_URL": password_placeholder_url(postgres.async_url),
+            "DAS_PREFECT_DATABASE_PASSWORD_FILE": str(
+                write_secret(base / "secrets" / "database-password", password)
+            ),
+        }
     try:
-        stack.start("server", [str(VENV_BIN / "prefect"), "server", "start",
-                               "--host", "127.0.0.1", "--port", str(port)])  # fmt: skip
+        stack.start("server", [str(VENV_BIN / "das"), "prefect", "server", "start",
+                               "--host", "127.0.0.1", "--port", str(port)],
+                    stack.server_env)  # fmt: skip
         wait_for_health(stack)
         deploy = [str(VENV_BIN / "das"), "deploy", "--local", "--root", str(stack.root)]
         deployed = stack.run(deploy)
@@ -265,7 +358,8 @@ def local_stack(base: Path | None = None, worker: bool = True) -> Iterator[Prefe
 
 
 def start_worker(stack: PrefectStack) -> None:
-    stack.start("worker", [str(VENV_BIN / "prefect"), "worker", "start", "--pool", "das-enclave"])
+    stack.start("worker", [str(VENV_BIN / "das"), "prefect", "worker", "start",
+                           "--pool", "das-enclave"])  # fmt: skip
 
 
 # -- pytest fixtures (registered by conftest.py; instantiated by the e2e tests only) ------------
@@ -273,9 +367,16 @@ import pytest  # noqa: E402
 
 
 @pytest.fixture(scope="session")
-def prefect_stack(tmp_path_factory: pytest.TempPathFactory) -> Iterator[PrefectStack]:
-    """One real server, deployments and worker for the e2e session."""
-    with local_stack(tmp_path_factory.mktemp("e2e")) as stack:
+def prefect_stack(
+    tmp_path_factory: pytest.TempPathFactory, request: pytest.FixtureRequest
+) -> Iterator[PrefectStack]:
+    """One real server, deployments and worker for the e2e session; the server's database is
+    PostgreSQL when DAS_E2E_DATABASE=postgresql (a private cluster), else SQLite."""
+    database = os.environ.get(DATABASE_ENV, "sqlite")
+    if database not in {"sqlite", "postgresql"}:
+        pytest.fail(f"{DATABASE_ENV}={database}: expected sqlite or postgresql")
+    postgres = request.getfixturevalue("postgres_cluster") if database == "postgresql" else None
+    with local_stack(tmp_path_factory.mktemp("e2e"), postgres=postgres) as stack:
         yield stack
 
 

@@ -1,6 +1,7 @@
 """The Prefect UI of the e2e server in headless Chromium (Debian's ``chromium`` driven by
-Playwright; no browser download): the operator finds the release's flow run, its artifacts
-and the link to the validation report. Screenshots go to ``docs/screenshots/prefect/`` (or
+Playwright; no browser download): the UI asks for the server's auth string and refuses a
+wrong one; logged in, the operator finds the release's flow run, its artifacts and the link to
+the validation report. Screenshots go to ``docs/screenshots/prefect/`` (or
 ``$DAS_SCREENSHOTS``) for a person to look at.
 
 Run with ``pytest -m e2e`` (``.ci/e2e-prefect``), after the e2e runs of the same session.
@@ -53,12 +54,69 @@ def browser() -> Iterator:
         browser.close()
 
 
+def _password_field(page):
+    return page.locator("input[type=password]").first
+
+
+def _log_in(page, stack: PrefectStack, auth_string: str) -> None:
+    """The UI's login form: the auth string (user:password) in its one field, then Enter."""
+    field = _password_field(page)
+    field.wait_for(timeout=60_000)
+    field.fill(auth_string)
+    field.press("Enter")
+
+
 @pytest.fixture
-def page(browser):
+def page(browser, prefect_stack: PrefectStack):
+    """A browser tab logged in to the UI (through its login form, as an operator does); the
+    UI keeps the credentials for the tab's later page loads."""
     context = browser.new_context(viewport=VIEWPORT)
     page = context.new_page()
+    page.goto(f"{prefect_stack.ui_url}/runs", wait_until="domcontentloaded")
+    _log_in(page, prefect_stack, prefect_stack.auth_string)
+    page.get_by_text("Deployments", exact=True).first.wait_for(timeout=60_000)
     yield page
     context.close()
+
+
+def test_the_ui_asks_for_the_auth_string(
+    prefect_stack: PrefectStack, browser, screenshots: Path
+) -> None:
+    """Without credentials the UI's own API calls are refused (401) and it shows its login
+    form; a wrong auth string is refused; the right one opens the UI."""
+    stack = prefect_stack
+    context = browser.new_context(viewport=VIEWPORT)
+    try:
+        page = context.new_page()
+        answers: list[tuple[int, str]] = []
+
+        def record(response) -> None:
+            if "/api/" in response.url:
+                answers.append((response.status, response.url))
+
+        page.on("response", record)
+        page.goto(f"{stack.ui_url}/runs", wait_until="domcontentloaded")
+        _password_field(page).wait_for(timeout=60_000)
+        assert "/login" in page.url
+        page.wait_for_load_state("networkidle")
+        anonymous = [(status, url) for status, url in answers if not url.endswith("/health")]
+        assert anonymous and {status for status, _ in anonymous} == {401}, anonymous
+        page.screenshot(path=screenshots / "00-login.png")
+
+        _log_in(page, stack, "das-e2e:not-the-password")
+        page.get_by_text("Authentication failed.").last.wait_for(timeout=30_000)
+        page.wait_for_load_state("networkidle")
+        assert "/login" in page.url
+        assert page.evaluate("localStorage.getItem('prefect-password')") is None
+
+        answers.clear()
+        _log_in(page, stack, stack.auth_string)
+        page.get_by_text("Deployments", exact=True).first.wait_for(timeout=60_000)
+        page.wait_for_load_state("networkidle")
+        assert "/login" not in page.url
+        assert answers and {status for status, _ in answers} == {200}, answers
+    finally:
+        context.close()
 
 
 def _open(page, url: str, text: str) -> None:

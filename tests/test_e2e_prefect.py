@@ -1,11 +1,15 @@
-"""End to end, as an operator runs it: a real ``prefect server``, ``das deploy --local``, a
-process worker, runs triggered and retried through the API exactly as the UI does.
+"""End to end, as an operator runs it: a real ``prefect server`` with basic authentication
+and CSRF protection, ``das deploy --local``, a process worker, runs triggered and retried
+through the API exactly as the UI does, ``das run`` against the same server; anonymous calls
+refused. The server's database is SQLite, or PostgreSQL with ``DAS_E2E_DATABASE=postgresql``.
 
-Run with ``pytest -m e2e`` (``.ci/e2e-prefect``); the default suite leaves these out.
+Run with ``pytest -m e2e`` (``.ci/e2e-prefect``; ``.ci/e2e-postgres`` on PostgreSQL); the
+default suite leaves these out.
 """
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
 import json
 import os
@@ -13,9 +17,12 @@ import signal
 import time
 from pathlib import Path
 
+import httpx
 import psutil
 import pytest
-from prefect_stack import VENV_BIN, PrefectStack, epoch, run_folders
+from prefect_stack import AUTH_USER, VENV_BIN, PrefectStack, epoch, run_folders, write_secret
+
+from das.prefect_auth import basic_authorization
 
 pytestmark = [pytest.mark.e2e, pytest.mark.slow]
 
@@ -179,8 +186,7 @@ def test_activated_schedule_makes_the_scheduler_create_runs(prefect_stack: Prefe
     (schedule,) = deployment["schedules"]
     assert schedule["active"] is False
     assert stack.flow_runs_of(deployment["id"], "SCHEDULED") == []
-    result = stack.run([str(VENV_BIN / "prefect"), "--no-prompt", "deployment", "schedule",
-                        "resume", name, schedule["id"]])  # fmt: skip
+    result = stack.prefect("deployment", "schedule", "resume", name, schedule["id"])
     assert result.returncode == 0, result.stdout + result.stderr
     deadline = time.monotonic() + 120
     scheduled: list[dict] = []
@@ -189,6 +195,140 @@ def test_activated_schedule_makes_the_scheduler_create_runs(prefect_stack: Prefe
         scheduled = [r for r in stack.flow_runs_of(deployment["id"], "SCHEDULED")
                      if r["auto_scheduled"]]  # fmt: skip
     assert scheduled, f"the scheduler created no run in 120 s:\n{stack.log_tail('server')}"
-    result = stack.run([str(VENV_BIN / "prefect"), "--no-prompt", "deployment", "schedule",
-                        "pause", name, schedule["id"]])  # fmt: skip
+    result = stack.prefect("deployment", "schedule", "pause", name, schedule["id"])
     assert result.returncode == 0, result.stdout + result.stderr
+
+
+# -- the server's database and its authentication ------------------------------------------------
+def test_the_server_keeps_its_records_in_its_database(
+    prefect_stack: PrefectStack, first_runs: dict[str, str]
+) -> None:
+    """SQLite in PREFECT_HOME by default; with DAS_E2E_DATABASE=postgresql every record is in
+    the PostgreSQL database (read here through the psycopg URL) and no SQLite file exists."""
+    stack = prefect_stack
+    sqlite_files = sorted(path.name for path in (stack.base / "home").glob("*.db"))
+    if stack.database == "sqlite":
+        assert sqlite_files == ["prefect.db"]
+        return
+    assert sqlite_files == []
+    import sqlalchemy as sa
+
+    engine = sa.create_engine(stack.postgres.sync_url)
+    try:
+        with engine.connect() as connection:
+            tables = set(sa.inspect(connection).get_table_names())
+            query = sa.text(
+                "SELECT id::text, state_type::text FROM flow_run WHERE id::text = ANY(:ids)"
+            )
+            rows = dict(connection.execute(query, {"ids": list(first_runs.values())}).all())
+    finally:
+        engine.dispose()
+    assert {"flow_run", "task_run", "deployment", "artifact", "alembic_version"} <= tables
+    assert rows == dict.fromkeys(first_runs.values(), "COMPLETED")
+
+
+def test_anonymous_calls_are_refused(
+    prefect_stack: PrefectStack, first_runs: dict[str, str]
+) -> None:
+    """Without the auth string nothing is read, triggered, changed or deleted; with it, a
+    change still needs a CSRF token the server issued. Only the health probe answers."""
+    stack = prefect_stack
+    release = first_runs[SAFETAB]
+    deployment_id = stack.deployment(SAFETAB)["id"]
+    before = {run["id"] for run in stack.flow_runs_of(deployment_id)}
+    csrf = stack.csrf_headers()  # a valid CSRF token does not stand in for the credentials
+    wrong = {"Authorization": basic_authorization(f"{AUTH_USER}:not-the-password")}
+    with stack.anonymous as anonymous:
+        assert anonymous.get(f"/flow_runs/{release}").status_code == 401
+        assert anonymous.get("/csrf-token", params={"client": "x"}).status_code == 401
+        # A change is checked for its CSRF token first (403), then for the credentials (401).
+        no_token = anonymous.post("/flow_runs/filter", json={})
+        assert no_token.status_code == 403 and "CSRF" in no_token.text
+        assert anonymous.post("/flow_runs/filter", json={}, headers=csrf).status_code == 401
+        with_wrong = anonymous.post("/flow_runs/filter", json={}, headers={**csrf, **wrong})
+        assert with_wrong.status_code == 401
+        trigger = f"/deployments/{deployment_id}/create_flow_run"
+        assert anonymous.post(trigger, json={}, headers=csrf).status_code == 401
+        parameters = {"parameters": {"output": "/tmp/elsewhere/{run_id}"}}
+        patched = anonymous.patch(f"/deployments/{deployment_id}", json=parameters, headers=csrf)
+        assert patched.status_code == 401
+        assert anonymous.delete(f"/flow_runs/{release}", headers=csrf).status_code == 401
+        assert anonymous.get("/health").status_code == 200
+    with stack.api as api:
+        missing = api.post("/flow_runs/filter", json={})
+        assert missing.status_code == 403 and "Missing CSRF token" in missing.text
+        forged = {"Prefect-Csrf-Token": "forged", "Prefect-Csrf-Client": stack.csrf_client}
+        assert api.post("/flow_runs/filter", json={}, headers=forged).status_code == 403
+    assert {run["id"] for run in stack.flow_runs_of(deployment_id)} == before
+    assert stack.state(release) == "COMPLETED"
+    assert "{run_id}" in stack.deployment(SAFETAB)["parameters"]["output"]
+    assert not stack.deployment(SAFETAB)["parameters"]["output"].startswith("/tmp/elsewhere")
+    ui = httpx.get(f"{stack.ui_url}/ui-settings", timeout=30).json()
+    assert ui["auth"] == "BASIC" and ui["csrf_enabled"] is True
+
+
+def test_secrets_are_on_no_command_line(
+    prefect_stack: PrefectStack, first_runs: dict[str, str]
+) -> None:
+    """The auth string and the database password live in 0600 files and in the environment
+    of the processes that need them, never in an argument list (``ps`` shows those)."""
+    stack = prefect_stack
+    secrets = [stack.auth_string]
+    if stack.postgres is not None:
+        from sqlalchemy.engine import make_url
+
+        secrets.append(make_url(stack.postgres.async_url).password)
+    for name, process in stack.processes.items():
+        parent = psutil.Process(process.pid)
+        for proc in [parent, *parent.children(recursive=True)]:
+            with contextlib.suppress(psutil.NoSuchProcess):
+                command = " ".join(proc.cmdline())
+                assert not [s for s in secrets if s in command], f"{name}: {command}"
+    secret_files = sorted((stack.base / "secrets").iterdir())
+    assert secret_files and all(path.stat().st_mode & 0o777 == 0o600 for path in secret_files)
+    assert "PREFECT_API_AUTH_STRING" not in stack.env  # the processes read the file
+
+
+def test_das_commands_need_the_servers_credentials(
+    prefect_stack: PrefectStack, tmp_path: Path
+) -> None:
+    """`das deploy` asks the server first: no auth string, a wrong one, or an auth file that
+    others can read are refused with the fix in one line; nothing is registered."""
+    stack = prefect_stack
+    das = str(VENV_BIN / "das")
+    anonymous_env = {k: v for k, v in stack.env.items() if k != "DAS_PREFECT_AUTH_FILE"}
+    refused = stack.run([das, "deploy"], env=anonymous_env, timeout=120)
+    assert refused.returncode == 2, refused.stdout + refused.stderr
+    assert "HTTP 401" in refused.stderr and "DAS_PREFECT_AUTH_FILE" in refused.stderr
+
+    wrong = write_secret(tmp_path / "wrong-auth", f"{AUTH_USER}:not-the-password")
+    refused = stack.run([das, "deploy"], env={**anonymous_env, "DAS_PREFECT_AUTH_FILE": str(wrong)})
+    assert refused.returncode == 2 and "refused the auth string" in refused.stderr
+
+    loose = tmp_path / "loose-auth"
+    loose.write_text(stack.auth_string + "\n")
+    loose.chmod(0o640)
+    for argv in ([das, "deploy"], [das, "prefect", "worker", "start", "--pool", "das-enclave"]):
+        refused = stack.run(argv, env={**anonymous_env, "DAS_PREFECT_AUTH_FILE": str(loose)})
+        assert refused.returncode == 2, refused.stdout + refused.stderr
+        assert refused.stderr.strip().splitlines()[-1].endswith(f"chmod 600 {loose}")
+        assert stack.auth_string not in refused.stdout + refused.stderr
+
+
+def test_das_run_reports_to_the_authenticated_server(prefect_stack: PrefectStack) -> None:
+    """`das run` with PREFECT_API_URL set runs its flow against the server, authenticated by
+    the auth file (its Dask workers too: they report the task runs)."""
+    stack = prefect_stack
+    folder = stack.root / "phsafe" / "pr"
+    output = stack.base / "das-run" / "output"
+    argv = [str(VENV_BIN / "das"), "run", "phsafe", "--config", str(folder / "config.json"),
+            "--data", str(folder / "input"), "--output", str(output), "--seed", "3"]  # fmt: skip
+    done = stack.run(argv, timeout=900)
+    assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
+    body = {"flows": {"name": {"any_": ["phsafe"]}}, "sort": "START_TIME_DESC", "limit": 20}
+    runs = [run for run in stack.request("POST", "/flow_runs/filter", body)
+            if str(output) in json.dumps(run["parameters"])]  # fmt: skip
+    assert [run["state_type"] for run in runs] == ["COMPLETED"]
+    tasks = stack.task_runs(runs[0]["id"])
+    assert tasks and {task["state_type"] for task in tasks} == {"COMPLETED"}
+    assert json.loads((output / "audit.json").read_text())["status"] == "succeeded"

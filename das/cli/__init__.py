@@ -4,10 +4,12 @@ from __future__ import annotations
 
 import argparse
 import importlib
+import os
 import sys
 from collections.abc import Sequence
 
 from das.offline import configure_offline
+from das.prefect_auth import SecretError, configure_prefect_auth, server_accepts
 
 # Each module registers its sub-commands; a module is imported only to build the parser.
 COMMAND_MODULES = (
@@ -22,6 +24,7 @@ COMMAND_MODULES = (
     "explore",
     "audit_privacy",
     "deploy",
+    "prefect_wrapper",
 )
 
 
@@ -38,8 +41,23 @@ def build_parser() -> argparse.ArgumentParser:
 def main(argv: Sequence[str] | None = None) -> int:
     """Entry point of the `das` console script; returns the process exit code."""
     configure_offline()
+    try:  # the Prefect server's auth string, for this process and its children
+        configure_prefect_auth()
+    except SecretError as exc:
+        print(f"das: error: {exc}", file=sys.stderr)
+        return 2
+    argv = list(sys.argv[1:] if argv is None else argv)
+    if argv[:1] == ["prefect"]:  # passed through whole: argparse would take prefect's options
+        from das.cli.prefect_wrapper import prefect_command_line
+
+        return prefect_command_line(argv[1:])
     parser = build_parser()
     args = parser.parse_args(argv)
+    # `das run` against a server: refused credentials stop here, in one line (exit 2, nothing
+    # drawn), not in a traceback from the flow's first API call. (`das deploy` asks itself.)
+    api = os.environ.get("PREFECT_API_URL")
+    if args.command == "run" and api and not server_accepts("das run"):
+        return 2
     return int(args.handler(args) or 0)
 
 

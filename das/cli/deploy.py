@@ -16,8 +16,12 @@ engine never imports Prefect):
 3. the process work pool the deployments name (``das-enclave``) is created when missing;
 4. ``prefect deploy --prefect-file deploy/prefect.yaml --all`` registers the deployments.
 
-Needs ``PREFECT_API_URL`` (the server the deployments go to). Exit codes: 0 registered,
-1 a Prefect command failed, 2 usage error (no API URL, a missing variable, no checkout).
+Needs ``PREFECT_API_URL`` (the server the deployments go to) and, for a server with
+authentication, its auth string (``DAS_PREFECT_AUTH_FILE``, a file only its owner can read; or
+``PREFECT_API_AUTH_STRING``): the server is asked first, and an unreachable server or refused
+credentials stop here; a server that answers anonymous calls gets a warning. Exit codes: 0
+registered, 1 a Prefect command failed, 2 usage error (no API URL, server unreachable or
+credentials refused, a missing variable, no checkout).
 """
 
 from __future__ import annotations
@@ -32,6 +36,7 @@ from collections.abc import Sequence
 from pathlib import Path
 
 from das.cli.arguments import resolved_path
+from das.prefect_auth import server_accepts
 
 EXIT_OK, EXIT_FAILED, EXIT_USAGE = 0, 1, 2
 PREFECT_FILE = Path("deploy") / "prefect.yaml"
@@ -208,6 +213,8 @@ def deploy_command(args: argparse.Namespace) -> int:
             file=sys.stderr,
         )
         return EXIT_USAGE
+    if not server_accepts("das deploy"):
+        return EXIT_USAGE
     checkout = args.checkout.resolve() if args.checkout else checkout_root()
     if checkout is None or not (checkout / PREFECT_FILE).is_file():
         print(f"das deploy: error: no {PREFECT_FILE} here or in --checkout", file=sys.stderr)
@@ -269,7 +276,7 @@ def deploy_command(args: argparse.Namespace) -> int:
         return EXIT_FAILED
     print(
         f"das deploy: deployments registered in pool {WORK_POOL}; start a worker from the "
-        f"checkout with: .venv/bin/prefect worker start --pool {WORK_POOL}"
+        f"checkout with: .venv/bin/das prefect worker start --pool {WORK_POOL}"
     )
     return EXIT_OK
 
