@@ -23,11 +23,11 @@ from __future__ import annotations
 
 import base64
 import os
-import stat
 import urllib.error
 import urllib.request
 from collections.abc import MutableMapping
-from pathlib import Path
+
+from das.secret_files import SecretError, read_secret_file
 
 AUTH_FILE_ENV = "DAS_PREFECT_AUTH_FILE"
 DATABASE_PASSWORD_FILE_ENV = "DAS_PREFECT_DATABASE_PASSWORD_FILE"
@@ -35,38 +35,6 @@ CLIENT_AUTH = "PREFECT_API_AUTH_STRING"
 SERVER_AUTH = "PREFECT_SERVER_API_AUTH_STRING"
 SERVER_CSRF = "PREFECT_SERVER_CSRF_PROTECTION_ENABLED"
 SERVER_DATABASE_PASSWORD = "PREFECT_SERVER_DATABASE_PASSWORD"
-
-
-class SecretError(ValueError):
-    """A secret file that must not be used, or a missing secret; the message names the fix."""
-
-
-def read_secret_file(path: str | Path, variable: str) -> str:
-    """The one-line secret in ``path`` (named by ``variable``); refused unless a regular file
-    that only its owner can read or write (``chmod 600``)."""
-    path = Path(path)
-    name = f"{path} ({variable})"
-    try:
-        info = path.stat()
-    except OSError as exc:
-        raise SecretError(f"{name}: {exc.strerror or exc}") from None
-    if not stat.S_ISREG(info.st_mode):
-        raise SecretError(f"{name} is not a regular file")
-    if info.st_mode & 0o077:
-        raise SecretError(
-            f"{name} is open to group or others (mode {stat.S_IMODE(info.st_mode):04o}): "
-            f"run chmod 600 {path}"
-        )
-    try:
-        text = path.read_text(encoding="utf-8")
-    except (OSError, UnicodeDecodeError) as exc:
-        raise SecretError(f"{name}: cannot read it ({exc})") from None
-    secret = text.rstrip("\r\n")
-    if not secret.strip():
-        raise SecretError(f"{name} is empty")
-    if "\n" in secret or "\r" in secret:
-        raise SecretError(f"{name} must hold the secret on one line")
-    return secret
 
 
 def configure_prefect_auth(environ: MutableMapping[str, str] | None = None) -> None:

@@ -6,7 +6,6 @@ from __future__ import annotations
 
 import multiprocessing
 import re
-import sqlite3
 from fractions import Fraction
 from pathlib import Path
 
@@ -33,9 +32,17 @@ US = {"US": Fraction("4.944")}
 CONFIG = "c" * 64
 
 
-@pytest.fixture
-def store(tmp_path: Path) -> LedgerStore:
-    return LedgerStore.in_directory(tmp_path / "ledger")
+@pytest.fixture(params=["sqlite", "postgresql"])
+def store(request: pytest.FixtureRequest, tmp_path: Path) -> LedgerStore:
+    """The same ledger logic over its two stores: a SQLite file, and a PostgreSQL database
+    (the session's private cluster, emptied for each test)."""
+    if request.param == "sqlite":
+        return LedgerStore.in_directory(tmp_path / "ledger")
+    cluster = request.getfixturevalue("postgres_cluster")
+    store = LedgerStore(cluster.sync_url)
+    with store.engine.begin() as db:
+        db.exec_driver_sql("DROP TABLE IF EXISTS das_ledger_entries, das_ledger_key")
+    return store
 
 
 @pytest.fixture
@@ -332,9 +339,10 @@ def test_draws_are_charged_then_recorded_once_by_the_current_attempt_only(
 # --- tamper evidence --------------------------------------------------------------------------
 
 
-def _sqlite(store: LedgerStore) -> sqlite3.Connection:
-    assert store.path is not None
-    return sqlite3.connect(store.path, isolation_level=None)
+def _sql(store: LedgerStore, statement: str) -> None:
+    """What a hostile operator with the database's credentials does, behind the ledger."""
+    with store.engine.begin() as db:
+        db.exec_driver_sql(statement)
 
 
 def _spent_ledger(ledger: PrivacyLedger) -> str:
@@ -350,11 +358,11 @@ def test_an_edited_or_deleted_entry_breaks_the_chain_and_the_ledger_is_refused(
 ) -> None:
     _spent_ledger(ledger)
     assert ledger.verify() == []
-    with _sqlite(store) as db:  # the spend rewritten to a tenth of itself
-        db.execute(
-            "UPDATE das_ledger_entries SET payload = replace(payload, '618/125', '309/625') "
-            "WHERE kind = 'spend-authorized'"
-        )
+    _sql(  # the spend rewritten to a tenth of itself
+        store,
+        "UPDATE das_ledger_entries SET payload = replace(payload, '618/125', '309/625') "
+        "WHERE kind = 'spend-authorized'",
+    )
     assert any("altered" in problem for problem in ledger.verify())
     with pytest.raises(LedgerRefused, match="fails its integrity check"):
         ledger.require_intact()
@@ -364,11 +372,9 @@ def test_a_deleted_middle_entry_or_a_replaced_key_is_found(
     store: LedgerStore, ledger: PrivacyLedger
 ) -> None:
     _spent_ledger(ledger)
-    with _sqlite(store) as db:
-        db.execute("DELETE FROM das_ledger_entries WHERE kind = 'approval'")
+    _sql(store, "DELETE FROM das_ledger_entries WHERE kind = 'approval'")
     assert any("missing" in problem for problem in ledger.verify())
-    with _sqlite(store) as db:
-        db.execute("UPDATE das_ledger_key SET key = 'forged'")
+    _sql(store, "UPDATE das_ledger_key SET key = 'forged'")
     assert any("key does not match" in problem for problem in ledger.verify())
 
 
@@ -386,8 +392,7 @@ def test_a_ledger_cut_back_to_before_a_release_is_refused_by_the_releases_anchor
     (published / "MANIFEST.json").write_text(json.dumps({"run_id": "a", "ledger": info.head()}))
     output = tmp_path / "releases" / "next"
     assert release_anchor_problems(ledger, info, output) == []
-    with _sqlite(store) as db:
-        db.execute("DELETE FROM das_ledger_entries WHERE seq > 1")
+    _sql(store, "DELETE FROM das_ledger_entries WHERE seq > 1")
     assert ledger.verify() == []  # what is left is a valid chain ...
     problems = release_anchor_problems(ledger, ledger.info(), output)
     assert problems and "cut or rewritten" in problems[0]  # ... but not the releases' ledger
@@ -428,3 +433,24 @@ def test_two_processes_authorizing_at_once_use_one_approval_once(
     outcomes = sorted(results.get(timeout=5)[1] for _ in workers)
     assert outcomes == ["authorized", "refused"]
     assert ledger.verify() == []
+
+
+def test_a_postgresql_ledger_takes_its_password_from_a_0600_file(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, postgres_cluster
+) -> None:
+    from sqlalchemy.engine import make_url
+
+    url = make_url(postgres_cluster.sync_url)
+    secret = tmp_path / "ledger-password"
+    secret.write_text(url.password + "\n")
+    monkeypatch.setenv("DAS_LEDGER_URL", url.set(password=None).render_as_string())
+    monkeypatch.setenv("DAS_LEDGER_PASSWORD_FILE", str(secret))
+    monkeypatch.delenv("DAS_PRODUCTION", raising=False)
+    secret.chmod(0o644)
+    with pytest.raises(LedgerRefused, match="chmod 600"):
+        open_ledger()
+    secret.chmod(0o600)
+    with LedgerStore(postgres_cluster.sync_url).engine.begin() as db:
+        db.exec_driver_sql("DROP TABLE IF EXISTS das_ledger_entries, das_ledger_key")
+    opened = open_ledger()
+    assert opened.created and url.password not in opened.info.location

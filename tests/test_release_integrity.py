@@ -610,9 +610,19 @@ def test_two_concurrent_runs_on_one_output_one_wins_and_one_spend_is_recorded(
     assert json.loads((out / "MANIFEST.json").read_text())["run_id"] == spent[0].run_id
 
 
+@pytest.mark.parametrize("store", ["sqlite", "postgresql"])
 def test_two_runs_on_the_same_records_at_once_in_two_processes_spend_once(
-    tmp_path: Path,
+    tmp_path: Path, request: pytest.FixtureRequest, monkeypatch: pytest.MonkeyPatch, store: str
 ) -> None:
+    """Two flow processes race to spend on the same records, with the ledger a SQLite file or
+    a PostgreSQL database (``DAS_LEDGER_URL``, as hosts of one enclave share it)."""
+    if store == "postgresql":
+        url = request.getfixturevalue("postgres_cluster").sync_url
+        ledger = PrivacyLedger(LedgerStore(url))
+        with ledger.store.engine.begin() as db:
+            db.exec_driver_sql("DROP TABLE IF EXISTS das_ledger_entries, das_ledger_key")
+        PrivacyLedger.initialize(ledger.store)
+        monkeypatch.setenv("DAS_LEDGER_URL", url)
     config, data = _params(tmp_path), _data(tmp_path)
     processes = [
         _das_process("run", "safetab-p", "--config", str(config), "--data", str(data),
@@ -621,7 +631,10 @@ def test_two_runs_on_the_same_records_at_once_in_two_processes_spend_once(
     ]  # fmt: skip
     results = [p.communicate(timeout=300) for p in processes]
     assert sorted(p.returncode for p in processes) == [0, 2], results
-    assert len([r for r in _ledger().runs() if r.counting]) == 1
+    ledger = _ledger()
+    assert len([r for r in ledger.runs() if r.counting]) == 1 and ledger.verify() == []
+    if store == "postgresql":
+        assert ledger.store.path is None  # the runs really used the database
 
 
 class _ReleaseWatcher(threading.Thread):

@@ -6,8 +6,10 @@ it. Production requires one of them, and an initialized, intact ledger: it never
 Outside production the default is one ledger per user,
 ``${XDG_DATA_HOME:-~/.local/share}/das/ledger``, created on first use — and the run says so —
 so that the same data released from different output folders meets the same history.
-``DAS_LEDGER_ID`` pins the ledger a deployment expects (``das deploy`` sets it): a run that
-finds another ledger at the configured place is refused.
+The URL names no password: ``DAS_LEDGER_PASSWORD_FILE`` names a 0600 file holding it
+(:mod:`das.secret_files`), so the secret is never on a command line, in a deployment or in a
+Prefect variable. ``DAS_LEDGER_ID`` pins the ledger a deployment expects (``das deploy`` sets
+it): a run that finds another ledger at the configured place is refused.
 """
 
 from __future__ import annotations
@@ -17,9 +19,12 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
 
+from sqlalchemy.engine import make_url
+
 from das.runs.ledger.book import LedgerInfo, LedgerRefused, PrivacyLedger
 from das.runs.ledger.store import LedgerStore
 from das.runs.policy import LEDGER_ENV, LEDGER_ID_ENV, LEDGER_URL_ENV, production_mode
+from das.secret_files import SecretError, read_secret_file
 
 
 def default_ledger_dir(environ: Mapping[str, str] | None = None) -> Path:
@@ -29,11 +34,22 @@ def default_ledger_dir(environ: Mapping[str, str] | None = None) -> Path:
     return Path(base).expanduser().absolute() / "das" / "ledger"
 
 
+LEDGER_PASSWORD_FILE_ENV = "DAS_LEDGER_PASSWORD_FILE"
+
+
 def configured_store(environ: Mapping[str, str] | None = None) -> LedgerStore | None:
-    """The ledger ``DAS_LEDGER_URL`` or ``DAS_LEDGER_DIR`` names, or None."""
+    """The ledger ``DAS_LEDGER_URL`` (with the password of ``DAS_LEDGER_PASSWORD_FILE``) or
+    ``DAS_LEDGER_DIR`` names, or None."""
     environ = os.environ if environ is None else environ
     url = (environ.get(LEDGER_URL_ENV) or "").strip()
     if url:
+        secret_file = (environ.get(LEDGER_PASSWORD_FILE_ENV) or "").strip()
+        if secret_file:
+            try:
+                password = read_secret_file(secret_file, LEDGER_PASSWORD_FILE_ENV)
+            except SecretError as exc:
+                raise LedgerRefused(str(exc)) from None
+            url = make_url(url).set(password=password).render_as_string(hide_password=False)
         return LedgerStore(url)
     directory = (environ.get(LEDGER_ENV) or "").strip()
     if directory:
@@ -74,7 +90,9 @@ def open_ledger(environ: Mapping[str, str] | None = None) -> OpenedLedger:
     store = ledger_store(environ)
     ledger = PrivacyLedger(store)
     created = False
-    if not production_mode(environ) and store.file_state() == "absent":
+    state = store.file_state()
+    blank = state == "absent" or (state == "server" and not store.has_tables())
+    if not production_mode(environ) and blank:
         PrivacyLedger.initialize(store)
         created = True
     info = ledger.require_intact()
