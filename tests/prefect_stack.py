@@ -93,6 +93,8 @@ def stack_environment(home: Path, port: int, auth_file: Path | None = None) -> d
         PREFECT_SERVER_SERVICES_SCHEDULER_LOOP_SECONDS="2",
         PREFECT_WORKER_QUERY_SECONDS="2",
         PREFECT_WORKER_HEARTBEAT_SECONDS="10",
+        # `das run` outside production keeps its per-user ledger here, not in the real home.
+        XDG_DATA_HOME=str(home / "xdg-data"),
     )
     return env
 
@@ -274,6 +276,19 @@ class PrefectStack:
                 raise TimeoutError(f"the worker never reported the end of {flow_run_id}")
             time.sleep(1)
 
+    def resume_as_the_ui_does(self, flow_run_id: str, run_input: dict[str, Any]) -> None:
+        """The UI's *Resume* of a paused run, with the values typed into its input form."""
+        response = self.request("POST", f"/flow_runs/{flow_run_id}/resume",
+                                {"run_input": run_input})  # fmt: skip
+        assert response["status"] == "ACCEPT", response
+
+    def ledger(self) -> Any:
+        """The privacy ledger the deployments use (a folder under the root, or PostgreSQL)."""
+        from das.runs.ledger import LedgerStore, PrivacyLedger, configured_store
+
+        store = configured_store(self.env) or LedgerStore.in_directory(self.root / "ledger")
+        return PrivacyLedger(store)
+
     def retry_as_the_ui_does(self, flow_run_id: str) -> None:
         """The Prefect UI's Retry button: force the run into Scheduled/AwaitingRetry."""
         state = {"type": "SCHEDULED", "name": "AwaitingRetry", "message": "Retry from the UI"}
@@ -340,6 +355,13 @@ def local_stack(
                 write_secret(base / "secrets" / "database-password", password)
             ),
         }
+        # The privacy ledger on PostgreSQL too (its own tables in the same database): the
+        # deployments get its URL without the password and the path of a 0600 password file.
+        stack.env.update(
+            DAS_LEDGER_URL=make_url(postgres.sync_url).set(password=None).render_as_string(),
+            DAS_LEDGER_PASSWORD_FILE=str(write_secret(base / "secrets" / "ledger-password",
+                                                      password)),
+        )  # fmt: skip
     try:
         stack.start("server", [str(VENV_BIN / "das"), "prefect", "server", "start",
                                "--host", "127.0.0.1", "--port", str(port)],

@@ -177,6 +177,63 @@ def test_killed_run_retried_from_the_ui_resumes_without_redraw(
     assert audit["draws"]["fresh"] == total - len(drawn)  # only what was never drawn
 
 
+def _paused(stack: PrefectStack, flow_run_id: str, timeout: float = 600) -> dict:
+    """Wait until the run pauses for its spend approval; the run."""
+    state = stack.wait(flow_run_id, {"PAUSED", *TERMINAL_STATES}, timeout=timeout)
+    assert state == "PAUSED", (state, stack.log_tail("worker"))
+    return stack.flow_run(flow_run_id)
+
+
+TERMINAL_STATES = {"COMPLETED", "FAILED", "CRASHED", "CANCELLED"}
+
+
+def test_a_second_release_pauses_for_approval_and_the_ledger_records_every_decision(
+    prefect_stack: PrefectStack, first_runs: dict[str, str]
+) -> None:
+    """The first release of each product spent the approval `das deploy --local` recorded. A
+    second one pauses, showing the planned and cumulative spend; *Resume* with approve records
+    the approval in the ledger and the run draws; *Resume* without it ends it Refused. The
+    production ledger then holds one completed run per release and nothing spent by the
+    refusal."""
+    stack = prefect_stack
+    approved = stack.trigger(SAFETAB)
+    rejected = stack.trigger("phsafe/phsafe-us")
+    run = _paused(stack, approved)
+    assert run["state"]["name"] == "Paused"
+    keyset = run["state"]["state_details"]["run_input_keyset"]
+    description = stack.request("GET", f"/flow_runs/{approved}/input/{keyset['description']}")
+    assert "earlier runs" in description and "ceiling" in description
+    assert "| US | ρ (zCDP) |" in description
+    stack.resume_as_the_ui_does(
+        approved, {"approve": True, "approver": "release manager", "note": "second release"}
+    )
+    assert stack.wait(approved) == "COMPLETED", stack.log_tail("worker")
+
+    _paused(stack, rejected)
+    stack.resume_as_the_ui_does(rejected, {"approve": False, "approver": "release manager"})
+    assert stack.wait(rejected) == "CANCELLED"
+    final = stack.flow_run(rejected)["state"]
+    assert final["name"] == "Refused" and "rejected" in final["message"]
+    refusal = artifact_keys(stack, rejected)["phsafe-refused"]
+    assert "Nothing was drawn" in refusal["data"]
+
+    ledger = stack.ledger()
+    assert ledger.verify() == []
+    runs = {run.run_id: run for run in ledger.runs()}
+    releases = [first_runs[SAFETAB], first_runs["phsafe/phsafe-us"], approved]
+    assert all(runs[r].status == "completed" for r in releases)
+    assert not runs[rejected].counting and not runs[rejected].draws
+    via = sorted(a["via"].split(",")[0] for a in ledger.approvals())
+    assert via.count("Prefect UI") == 1 and "das ledger approve" in via
+    (ui,) = [a for a in ledger.approvals() if a["via"].startswith("Prefect UI")]
+    assert ui["by"] == "release manager" and ui["used_by"] == approved
+    release = stack.root / "safetab-p" / "releases" / approved
+    audit = json.loads((release / "audit.json").read_text())
+    assert [p["prior"] for p in audit["privacy_ledger"]["passes"]] == [
+        p["this_run"] for p in audit["privacy_ledger"]["passes"]
+    ]  # the second release's earlier spend is the first one's
+
+
 def test_activated_schedule_makes_the_scheduler_create_runs(prefect_stack: PrefectStack) -> None:
     """The README's activation command, then the server's scheduler must create the runs (it
     does not with SQLAlchemy 2.1 under Prefect 3.8.8)."""

@@ -97,11 +97,11 @@ def test_every_placeholder_is_a_known_variable() -> None:
     variables (and the ledger id `das deploy` sets from the ledger) may appear."""
     from prefect.utilities.templating import find_placeholders
 
-    from das.cli.deploy import VARIABLES
+    from das.cli.deploy import LEDGER_VARIABLES, VARIABLES
 
     names = {p.name for s in _strings(yaml.safe_load(PREFECT_YAML.read_text()))
              for p in find_placeholders(s)}  # fmt: skip
-    assert names == {f"prefect.variables.{name}" for name in (*VARIABLES, "das_ledger_id")}
+    assert names == {f"prefect.variables.{name}" for name in (*VARIABLES, *LEDGER_VARIABLES)}
 
 
 @pytest.mark.parametrize("deployment", _deployments(), ids=lambda d: d["name"])

@@ -34,9 +34,13 @@ import subprocess
 import sys
 from collections.abc import Sequence
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from das.cli.arguments import resolved_path
 from das.prefect_auth import server_accepts
+
+if TYPE_CHECKING:
+    from das.runs.ledger import LedgerStore
 
 EXIT_OK, EXIT_FAILED, EXIT_USAGE = 0, 1, 2
 PREFECT_FILE = Path("deploy") / "prefect.yaml"
@@ -49,8 +53,11 @@ SAFETAB_P_INPUTS = {"person-records", "GRF-C"}
 VARIABLES = {
     "das_checkout": "the checkout on the worker hosts (with its .venv)",
     "das_root": "the folder of inputs and outputs (layout in deploy/prefect.yaml)",
-    "das_ledger_dir": "the privacy ledger folder (DAS_LEDGER_DIR)",
 }
+# The privacy ledger the deployments use, set together from the ledger options: a folder, or a
+# database URL (no password: the file named by das_ledger_password_file holds it), and the
+# ledger's id, which every run checks (DAS_LEDGER_ID).
+LEDGER_VARIABLES = ("das_ledger_dir", "das_ledger_url", "das_ledger_password_file", "das_ledger_id")
 # The local profile's release deployments: product, config and input folder under the root.
 LOCAL_RELEASES = (
     ("safetab-p", "safetab-p/params/config.json", "safetab-p/input"),
@@ -73,7 +80,14 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     )
     deploy.add_argument("--checkout", type=resolved_path, default=None, help="sets das_checkout")
     deploy.add_argument("--root", type=resolved_path, default=None, help="sets das_root")
-    deploy.add_argument("--ledger", type=resolved_path, default=None, help="sets das_ledger_dir")
+    ledger = deploy.add_mutually_exclusive_group()
+    ledger.add_argument("--ledger", type=resolved_path, default=None, help="sets das_ledger_dir")
+    ledger.add_argument(
+        "--ledger-url",
+        default=None,
+        help="a PostgreSQL ledger every worker host reaches (sets das_ledger_url; its password "
+        "from DAS_LEDGER_PASSWORD_FILE, a 0600 file, whose path sets das_ledger_password_file)",
+    )
     deploy.set_defaults(handler=deploy_command)
 
 
@@ -154,42 +168,67 @@ def local_phsafe_config(pass_name: str) -> dict:
     return config
 
 
-def ledger_id(directory: Path, local: bool) -> str:
-    """The id of the initialized ledger in ``directory`` (the local profile creates it);
+def ledger_id(store: LedgerStore, local: bool) -> str:
+    """The id of the initialized ledger in ``store`` (the local profile creates it);
     :class:`LedgerNotReady` otherwise."""
-    from das.runs.ledger import LedgerStore, PrivacyLedger
+    from das.runs.ledger import PrivacyLedger
     from das.runs.policy import RunRefused
 
-    store = LedgerStore.in_directory(directory)
     try:
-        if local and store.file_state() == "absent":
+        blank = store.file_state() == "absent" or (
+            store.file_state() == "server" and not store.has_tables()
+        )
+        if local and blank:
             info = PrivacyLedger.initialize(store).info()
             print(f"das deploy: created the local privacy ledger {info.ledger_id} at "
                   f"{info.location}", flush=True)  # fmt: skip
             return info.ledger_id
         return PrivacyLedger(store).require_intact().ledger_id
     except RunRefused as exc:
-        raise LedgerNotReady(
-            f"{exc}. Create it first: das ledger init --ledger {directory}"
-        ) from None
+        where = f"--ledger {store.path.parent}" if store.path else "--url URL"
+        raise LedgerNotReady(f"{exc}. Create it first: das ledger init {where}") from None
 
 
-def approve_local_releases(root: Path, directory: Path) -> None:
+def approve_local_releases(root: Path, store: LedgerStore) -> None:
     """One approval per release deployment of the local profile, unless one is open: the
     first run of each spends without a pause; a second pauses for a decision in the UI."""
-    from das.cli import main
-    from das.runs.ledger import LedgerStore, PrivacyLedger
+    from das.cli.ledger import approve_spend
+    from das.runs.ledger import PrivacyLedger
     from das.runs.seal import seal_files
 
-    ledger = PrivacyLedger(LedgerStore.in_directory(directory))
+    ledger = PrivacyLedger(store)
     for product, config, data in LOCAL_RELEASES:
         config_sha = seal_files({"config.json": root / config}).sha256("config.json")
         if ledger.has_open_approval(product, config_sha):
             continue
-        argv = ["ledger", "approve", "--ledger", str(directory), "--product", product,
-                "--config", str(root / config), "--data", str(root / data),
-                "--note", "das deploy --local: first release of the local inputs"]  # fmt: skip
-        _checked(main(argv))
+        approval = approve_spend(ledger, product, root / config, root / data,
+                                 "das deploy --local: first release of the local inputs")
+        print(f"das deploy: approved the first {product} release of {data} "
+              f"({approval['approval_id']})", flush=True)  # fmt: skip
+
+
+def ledger_values(args: argparse.Namespace, root: Path | None) -> tuple[LedgerStore, dict] | None:
+    """The ledger the options (or, for the local profile, its default or the environment's
+    DAS_LEDGER_URL) name, and the Prefect variables that tell the deployments; None when
+    none is named (the variables on the server stay)."""
+    from das.runs.ledger import LedgerStore, configured_store
+    from das.runs.ledger.location import LEDGER_PASSWORD_FILE_ENV
+
+    secret = os.environ.get(LEDGER_PASSWORD_FILE_ENV, "")
+    url = args.ledger_url or (os.environ.get("DAS_LEDGER_URL") if args.local else None)
+    if url:
+        store = configured_store({"DAS_LEDGER_URL": url, LEDGER_PASSWORD_FILE_ENV: secret})
+        assert store is not None
+        values = {"das_ledger_dir": "", "das_ledger_url": url,
+                  "das_ledger_password_file": str(Path(secret).resolve()) if secret else ""}
+    elif args.ledger is not None or args.local:
+        directory = (args.ledger or (root or Path()) / "ledger").resolve()
+        store = LedgerStore.in_directory(directory)
+        values = {"das_ledger_dir": str(directory), "das_ledger_url": "",
+                  "das_ledger_password_file": ""}
+    else:
+        return None
+    return store, values
 
 
 class LedgerNotReady(RuntimeError):
@@ -219,54 +258,54 @@ def deploy_command(args: argparse.Namespace) -> int:
     if checkout is None or not (checkout / PREFECT_FILE).is_file():
         print(f"das deploy: error: no {PREFECT_FILE} here or in --checkout", file=sys.stderr)
         return EXIT_USAGE
-    values: dict[str, Path | None] = {
-        "das_checkout": args.checkout,
-        "das_root": args.root,
-        "das_ledger_dir": args.ledger,
-    }
+    paths: dict[str, Path | None] = {"das_checkout": args.checkout, "das_root": args.root}
+    root = None
     if args.local:
         root = (args.root or checkout / LOCAL_ROOT).resolve()
-        values = {
-            "das_checkout": checkout,
-            "das_root": root,
-            "das_ledger_dir": (args.ledger or root / "ledger").resolve(),
-        }
+        paths = {"das_checkout": checkout, "das_root": root}
+    from das.runs.policy import RunRefused
+
+    try:
+        ledger = ledger_values(args, root)
+    except RunRefused as exc:
+        print(f"das deploy: error: {exc}", file=sys.stderr)
+        return EXIT_USAGE
+    if args.local and root is not None and ledger is not None:
         print(f"das deploy: local profile, inputs and outputs under {root}", flush=True)
         try:
             prepare_local_inputs(root)
-            ledger_id(Path(values["das_ledger_dir"]), local=True)
-            approve_local_releases(root, Path(values["das_ledger_dir"]))
-        except (LocalInputsFailed, LedgerNotReady) as exc:
+            ledger_id(ledger[0], local=True)
+            approve_local_releases(root, ledger[0])
+        except (LocalInputsFailed, LedgerNotReady, RunRefused) as exc:
             print(f"das deploy: error: {exc}", file=sys.stderr)
             return EXIT_FAILED
-    for name, value in values.items():
-        if value is not None:
-            if set_variable(name, str(Path(value).resolve())) != 0:
-                print(f"das deploy: error: could not set variable {name}", file=sys.stderr)
-                return EXIT_FAILED
-        elif not variable_exists(name):
-            print(
-                f"das deploy: error: Prefect variable {name} ({VARIABLES[name]}) is not set: "
-                f"pass --{name.removeprefix('das_').removesuffix('_dir')} DIR, or --local",
-                file=sys.stderr,
-            )
-            return EXIT_USAGE
-    if values["das_ledger_dir"] is not None:
+    values: dict[str, str | None] = {
+        name: None if value is None else str(Path(value).resolve())
+        for name, value in paths.items()
+    }
+    if ledger is not None:
         try:
-            identity = ledger_id(Path(values["das_ledger_dir"]), local=args.local)
+            identity = ledger_id(ledger[0], local=args.local)
         except LedgerNotReady as exc:
             print(f"das deploy: error: {exc}", file=sys.stderr)
             return EXIT_USAGE
-        if set_variable("das_ledger_id", identity) != 0:
-            print("das deploy: error: could not set variable das_ledger_id", file=sys.stderr)
-            return EXIT_FAILED
-    elif not variable_exists("das_ledger_id"):
-        print(
-            "das deploy: error: Prefect variable das_ledger_id is not set: pass --ledger DIR "
-            "(the initialized privacy ledger) once",
-            file=sys.stderr,
-        )
-        return EXIT_USAGE
+        values.update(ledger[1], das_ledger_id=identity)
+    else:
+        values.update(dict.fromkeys(LEDGER_VARIABLES))
+    for name, value in values.items():
+        if value is not None:
+            if set_variable(name, value) != 0:
+                print(f"das deploy: error: could not set variable {name}", file=sys.stderr)
+                return EXIT_FAILED
+        elif not variable_exists(name):
+            option = "--ledger DIR or --ledger-url URL" if name in LEDGER_VARIABLES else (
+                f"--{name.removeprefix('das_')} DIR")
+            print(
+                f"das deploy: error: Prefect variable {name} is not set: pass {option} (once), "
+                "or --local",
+                file=sys.stderr,
+            )
+            return EXIT_USAGE
     if prefect("work-pool", "inspect", WORK_POOL, quiet=True) != 0:
         code = prefect("work-pool", "create", WORK_POOL, "--type", "process")
         if code != 0:

@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 import sys
 from fractions import Fraction
 from pathlib import Path
@@ -94,7 +95,12 @@ def _store(args: argparse.Namespace) -> Any:
     if getattr(args, "ledger", None) is not None:
         return LedgerStore.in_directory(args.ledger)
     if getattr(args, "url", None):
-        return LedgerStore(args.url)
+        from das.runs.ledger import configured_store
+        from das.runs.ledger.location import LEDGER_PASSWORD_FILE_ENV
+
+        # The password, if any, from DAS_LEDGER_PASSWORD_FILE: never on the command line.
+        secret = os.environ.get(LEDGER_PASSWORD_FILE_ENV, "")
+        return configured_store({"DAS_LEDGER_URL": args.url, LEDGER_PASSWORD_FILE_ENV: secret})
     output = getattr(args, "output", None)
     if output is not None:
         return _store_of_release(output)
@@ -171,36 +177,40 @@ def _records_fingerprint(product: str, data: Path) -> str:
     )
 
 
+def approve_spend(
+    ledger: Any, product: str, config: Path, data: Path, note: str, by: str | None = None
+) -> dict[str, Any]:
+    """Record the approval of ``config``'s per-pass totals on the records in ``data`` (read
+    once to fingerprint them); the approval. Refusals are :class:`RunRefused`."""
+    if product == "safetab-p":
+        from das.safetab_p.parameters import parse_parameters, run_inputs
+    else:
+        from das.phsafe.parameters import parse_parameters, run_inputs
+    from das.runs.seal import seal_files
+
+    sealed = seal_files(run_inputs(config, data).parameters)
+    plan = parse_parameters(sealed).run_plan()
+    ledger.require_intact()
+    dataset = ledger.dataset_id(_records_fingerprint(product, data))
+    return ledger.approve(
+        product=product,
+        dataset=dataset,
+        config_sha256=sealed.sha256("config.json"),
+        definition=plan.definition,
+        budgets=plan.pass_totals(),
+        note=note,
+        by=by,
+    )
+
+
 def _approve(args: argparse.Namespace) -> int:
     from das.io.tables import InputFormatError
     from das.runs.ledger import PrivacyLedger, decimal_text
     from das.runs.policy import RunRefused
-    from das.runs.seal import seal_files
 
     try:
-        if args.product == "safetab-p":
-            from das.safetab_p.parameters import parse_parameters, run_inputs
-        else:
-            from das.phsafe.parameters import parse_parameters, run_inputs
-        sealed = seal_files(run_inputs(args.config, args.data).parameters)
-        parameters = parse_parameters(sealed)
-        if parameters is None:
-            return _fail(
-                "approve",
-                f"{args.config} cannot be parsed (run `das validate {args.product}` to see why)",
-            )
-        plan = parameters.run_plan()
         ledger = PrivacyLedger(_store(args))
-        ledger.require_intact()
-        dataset = ledger.dataset_id(_records_fingerprint(args.product, args.data))
-        approval = ledger.approve(
-            product=args.product,
-            dataset=dataset,
-            config_sha256=sealed.sha256("config.json"),
-            definition=plan.definition,
-            budgets=plan.pass_totals(),
-            note=args.note,
-        )
+        approval = approve_spend(ledger, args.product, args.config, args.data, args.note)
     except (RunRefused, ValueError, InputFormatError, OSError) as exc:
         return _fail("approve", str(exc))
     if args.json:
@@ -209,7 +219,8 @@ def _approve(args: argparse.Namespace) -> int:
     unit = UNITS[approval["definition"]]
     print(
         f"approved {approval['approval_id']}: {args.product} config "
-        f"{approval['config_sha256'][:12]} on dataset {dataset[:16]} by {approval['by']}"
+        f"{approval['config_sha256'][:12]} on dataset {approval['dataset'][:16]} by "
+        f"{approval['by']}"
     )
     for name, item in approval["passes"].items():
         print(
