@@ -98,13 +98,15 @@ def _tree_bytes(folder: Path) -> dict[str, str]:
 
 def _rewrite_safetab_p(config: Path, data: Path, run_root: Path) -> dict[str, str]:
     """T1/T2 written again by the engine from the run folder (no draw: the noise is read)."""
+    from das.safetab_p.parameters import load_parameters
+    from das.safetab_p.spill import WorkFolder
     from das.safetab_p.streamed import write_release_tables
-    from tasks.safetab_p import SafeTabPJob
 
-    job = SafeTabPJob(str(config), str(data), str(run_root / "work"), None)
-    parameters, specs = job.parameters()
+    parameters = load_parameters(config)
     with tempfile.TemporaryDirectory(dir=run_root) as staging:
-        write_release_tables(parameters, specs, job.folder, staging, None)
+        write_release_tables(
+            parameters.config, parameters.specs, WorkFolder(run_root / "work"), staging
+        )
         return _tree_bytes(Path(staging))
 
 
@@ -129,9 +131,12 @@ def main() -> None:
     if args.resume != run_root.is_dir() or output.exists():
         sys.exit(f"{output}: a published release, or no run folder to resume (--resume) / "
                  "a run folder already there (without --resume)")  # fmt: skip
+    # A measurement, not a release: the run's ledger is its own, beside the output.
+    ledger = output.with_name(output.name + ".ledger")
     command = [
         sys.executable, "-m", "das", "run", args.product, "--config", str(config),
         "--data", str(data), "--output", str(output), "--run-id", args.run_id,
+        "--ledger", str(ledger),
     ]  # fmt: skip
     print("$", " ".join(command), flush=True)
     if args.resume:

@@ -75,7 +75,7 @@ import json, resource, sys, time
 from das.cli import main
 started = time.perf_counter()
 code = main(["run", "phsafe", "--config", sys.argv[1], "--data", sys.argv[2], "--output",
-             sys.argv[3]])
+             sys.argv[3], "--ledger", sys.argv[3] + ".ledger"])  # a measurement's own ledger
 elapsed = time.perf_counter() - started
 peak = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024
 print(json.dumps({"code": code, "total_s": elapsed, "peak": peak}))

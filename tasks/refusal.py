@@ -17,9 +17,12 @@ from das.offline import configure_offline
 
 configure_offline()
 
+import logging  # noqa: E402
+
 from prefect import get_run_logger  # noqa: E402
 from prefect.artifacts import create_markdown_artifact  # noqa: E402
 from prefect.client.schemas.objects import State  # noqa: E402
+from prefect.exceptions import CancelledRun  # noqa: E402
 from prefect.states import Cancelled  # noqa: E402
 
 from das.runs.audit import md_escape  # noqa: E402
@@ -28,6 +31,22 @@ from das.runs.policy import RunRefused  # noqa: E402
 from tasks.common import artifact_key  # noqa: E402
 
 REFUSED = "Refused"
+_REFUSALS: set[str] = set()  # the messages of this process's refusals
+
+
+class _RefusalIsNotACrash(logging.Filter):
+    """Prefect's engine reads a flow run's final state back when a worker runs it, and a
+    Refused (Cancelled-type) state raises there: the engine then logs "Engine execution exited
+    with unexpected exception" with a traceback, on the run's page. A refusal is not a crash:
+    that record is dropped for this process's own refusals (the run's "Finished in state
+    Refused(...)" line and its artifact say what happened)."""
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        error = record.exc_info[1] if record.exc_info else None
+        return not (isinstance(error, CancelledRun) and str(error) in _REFUSALS)
+
+
+logging.getLogger("prefect.flow_runs").addFilter(_RefusalIsNotACrash())
 WHERE = {
     "cli": "`das run` (a command-line flag)",
     "deployment": "a deployment (a parameter of a custom run, or the ledger)",
@@ -57,6 +76,7 @@ def refusal_markdown(product: str, refusal: RunRefused, context: str, run_id: st
 def refused(product: str, refusal: RunRefused, context: str, run_id: str | None) -> State:
     """The flow run's final state for ``refusal``, with its artifact and the ledger's trail."""
     text = refusal.explained(context)
+    _REFUSALS.add(text)
     get_run_logger().warning("%s run refused: %s", product, text)
     create_markdown_artifact(
         markdown=refusal_markdown(product, refusal, context, run_id),

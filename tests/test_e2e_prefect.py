@@ -34,7 +34,8 @@ def outside_production(ledger: Path) -> dict:
     test compares the bytes of two seeded releases, so these runs leave production mode (as an
     operator's Custom Run can), each with its own privacy ledger: the production release of
     the same inputs is already recorded in the deployment's ledger."""
-    return {"env": {"DAS_PRODUCTION": "0", "DAS_LEDGER_DIR": str(ledger)}}
+    return {"env": {"DAS_PRODUCTION": "0", "DAS_LEDGER_DIR": str(ledger), "DAS_LEDGER_URL": "",
+                     "DAS_LEDGER_ID": ""}}  # fmt: skip
 
 
 def artifact_keys(stack: PrefectStack, flow_run_id: str) -> dict[str, dict]:
