@@ -51,6 +51,7 @@ from tasks.run_context import (  # noqa: E402
     request_context,
     resolve_path,
 )
+from tasks.run_context import started_from as run_started_from  # noqa: E402
 
 PRODUCT = "phsafe"
 DEFAULT_DELTA = 1e-10
@@ -105,7 +106,7 @@ def phsafe_flow(
         cumulative_total=cumulative_total,
         replace_release=replace_release,
         skip_validation=skip_validation,
-        context=started_from,
+        context=run_started_from(started_from),
         config_path=config_path,
         data_dir=data_dir,
     )
@@ -128,32 +129,30 @@ def _release(
             raise RuntimeError("the parameters passed validation but could not be parsed")
         paths = {name: str(input_path(inputs, name)) for name in RECORD_FILES}
         work = str(folder.root / "work")
-        with audit.stage("spill"):
+        with run.stage("spill", skipped=steps.done("spill") is not None):
             spilled = run_once(
                 steps, "spill", lambda: spill_records(plan.config, paths, work, folder)
             )
         run.authorize(spilled["fingerprints"])
-        with audit.stage("counts"):
+        buckets = spilled["buckets"]
+        with run.stage("counts", buckets, skipped=steps.done("counts") is not None):
             run_once(
                 steps,
                 "counts",
-                lambda: [
-                    future.result()
-                    for future in [
-                        count_bucket_task.submit(plan.config, work, bucket)
-                        for bucket in range(spilled["buckets"])
-                    ]
-                ],
+                lambda: settled(
+                    [count_bucket_task.submit(plan.config, work, b) for b in range(buckets)],
+                    lambda: run.advance("counts"),
+                ),
             )
         run.start_drawing()
-        with audit.stage("measure"):
+        with run.stage("measure", len(plan.queries)):
             futures = [
                 measure_table_task.submit(
                     plan.config, table, queries, work, folder, seed, run.lease, run.draws
                 )
                 for table, queries in plan.queries.items()
             ]
-            results = settled(futures)
+            results = settled(futures, lambda: run.advance("measure"))
             record_draws(audit, results, "tables")
         pass_name = plan.config.pass_name
         accountant = pass_accountant(plan, results)
@@ -161,7 +160,7 @@ def _release(
             ledger={pass_name: accountant.to_dict()},
             totals={pass_name: summarize(accountant, delta).to_dict()},
         )
-        with audit.stage("postprocess"):
+        with run.stage("postprocess"):
             tables = derived_tables(results)
             postprocess_seed = seed if seed is not None else folder.persistent_seed("postprocess")
             estimates = postprocess_task(tables, plan.config, postprocess_seed, credible_interval)
@@ -172,8 +171,8 @@ def _release(
                     "tables": estimates_diagnostics(estimates),
                 }
             )
-        with audit.stage("write"):
+        with run.stage("write"):
             outputs = write_outputs(tables, estimates, str(run.staging))
-        with audit.stage("publish"):
+        with run.stage("publish"):
             run.publish(outputs, {pass_name: accountant}, delta)
     return audit.record

@@ -36,12 +36,14 @@ from flows.runner import task_runner_from_env  # noqa: E402
 from tasks.common import input_path, record_draws, run_once, settled, validation_gate  # noqa: E402
 from tasks.refusal import refused  # noqa: E402
 from tasks.run_context import (  # noqa: E402
+    ReleaseRun,
     RunRequest,
     flow_run_id,
     release_run,
     request_context,
     resolve_path,
 )
+from tasks.run_context import started_from as run_started_from  # noqa: E402
 from tasks.safetab_p import (  # noqa: E402
     SafeTabPJob,
     combine_cells_task,
@@ -59,9 +61,12 @@ PRODUCT = "safetab-p"
 DEFAULT_DELTA = 1e-10
 
 
-def _per_state(task_fn: Any, job: SafeTabPJob, states: list[int]) -> list[int]:
+def _per_state(
+    task_fn: Any, job: SafeTabPJob, states: list[int], run: ReleaseRun, stage: str
+) -> list[int]:
     """One task per state, in parallel on the task runner; the states done."""
-    return [future.result() for future in [task_fn.submit(job, state) for state in states]]
+    futures = [task_fn.submit(job, state) for state in states]
+    return settled(futures, lambda: run.advance(stage))
 
 
 # The task runner is read from the environment at import (deployment workers); `das run`
@@ -113,7 +118,7 @@ def safetab_p_flow(
         cumulative_total=cumulative_total,
         replace_release=replace_release,
         skip_validation=skip_validation,
-        context=started_from,
+        context=run_started_from(started_from),
         config_path=config_path,
         data_dir=data_dir,
     )
@@ -137,18 +142,22 @@ def _release(request: RunRequest, inputs: RunInputs, delta: float) -> dict[str, 
             str(input_path(inputs, "GRF-C")),
             str(folder.root / "work"),
         )
-        with audit.stage("geography"):
+        with run.stage("geography", skipped=steps.done("geography") is not None):
             grf_c = run_once(steps, "geography", lambda: prepare_geography_task(job))
-        with audit.stage("spill"):
+        with run.stage("spill", skipped=steps.done("spill") is not None):
             spilled = run_once(steps, "spill", lambda: spill_persons_task(job, folder))
         run.authorize({"person-records": spilled["fingerprint"], "GRF-C": grf_c})
         states = spilled["states"]
-        with audit.stage("totals"):
-            run_once(steps, "totals", lambda: _per_state(count_state_totals_task, job, states))
+        with run.stage("totals", len(states), skipped=steps.done("combine-totals") is not None):
+            run_once(
+                steps, "totals",
+                lambda: _per_state(count_state_totals_task, job, states, run, "totals"),
+            )  # fmt: skip
             run_once(steps, "combine-totals", lambda: combine_totals_task(job))
         run.start_drawing()
         partitions = job.partitions()
-        with audit.stage("measure"):
+        levels_total = sum(len(levels) for levels in partitions.values())
+        with run.stage("measure", levels_total):
             futures = {
                 name: [
                     measure_level_task.submit(job, partition, folder, seed, run.lease, run.draws)
@@ -156,7 +165,8 @@ def _release(request: RunRequest, inputs: RunInputs, delta: float) -> dict[str, 
                 ]
                 for name, levels in partitions.items()
             }
-            settled([f for fs in futures.values() for f in fs])  # all done, or the failure
+            # All done (or the failure, once every level stopped); a level at a time shown.
+            settled([f for fs in futures.values() for f in fs], lambda: run.advance("measure"))
             results = {name: [f.result() for f in fs] for name, fs in futures.items()}
             record_draws(audit, [r for rs in results.values() for r in rs], "levels")
         accountants: dict[str, PrivacyAccountant] = {
@@ -166,11 +176,14 @@ def _release(request: RunRequest, inputs: RunInputs, delta: float) -> dict[str, 
             ledger={name: acc.to_dict() for name, acc in accountants.items()},
             totals={name: summarize(acc, delta).to_dict() for name, acc in accountants.items()},
         )
-        with audit.stage("cells"):
-            run_once(steps, "cells", lambda: _per_state(count_state_cells_task, job, states))
+        with run.stage("cells", len(states), skipped=steps.done("combine-cells") is not None):
+            run_once(
+                steps, "cells",
+                lambda: _per_state(count_state_cells_task, job, states, run, "cells"),
+            )  # fmt: skip
             run_once(steps, "combine-cells", lambda: combine_cells_task(job))
-        with audit.stage("write"):
+        with run.stage("write"):
             outputs = write_tables(job, str(run.staging))
-        with audit.stage("publish"):
+        with run.stage("publish"):
             run.publish(outputs, accountants, delta)
     return audit.record

@@ -238,7 +238,7 @@ def validation_gate(run: ReleaseRun) -> None:
     is drawn when they are invalid. A resumed run whose earlier attempt validated these very
     files reuses that verdict (and its fingerprints). The verdict goes into the ledger."""
     audit, steps, folder = run.audit, run.steps, run.folder
-    with audit.stage("validate"):
+    with run.stage("validate", skipped=steps.done("validate") is not None):
         if run.request.skip_validation:
             audit.update(validation={"skipped": True})
             get_run_logger().info("validation skipped (--skip-validation)")
@@ -293,13 +293,17 @@ def run_once(steps: RunSteps, name: str, call: Callable[[], Any]) -> Any:
     return result
 
 
-def settled(futures: Sequence[Any]) -> list[Any]:
-    """The results of ``futures`` once *all* of them finished: when one fails, the others
-    (drawing tasks) are not left running behind the failure, so the failed attempt's audit
-    lists every draw it persisted."""
-    from prefect.futures import wait
+def settled(
+    futures: Sequence[Any], on_done: Callable[[], None] | None = None
+) -> list[Any]:
+    """The results of ``futures`` once *all* of them finished (``on_done`` called as each
+    does: progress): when one fails, the others (drawing tasks) are not left running behind
+    the failure, so the failed attempt's audit lists every draw it persisted."""
+    from prefect.futures import as_completed
 
-    wait(list(futures))
+    for _ in as_completed(list(futures)):
+        if on_done is not None:
+            on_done()
     return [future.result() for future in futures]
 
 

@@ -75,6 +75,7 @@ from tasks.common import (  # noqa: E402
     run_log_file,
     stored_ledgers,
 )
+from tasks.progress import RunProgress  # noqa: E402
 
 __all__ = [
     "RecordsChanged",
@@ -86,6 +87,7 @@ __all__ = [
     "release_run",
     "request_context",
     "resolve_path",
+    "started_from",
 ]
 
 # The steps that read the records: redone when a record file changed since the run read it.
@@ -123,9 +125,15 @@ def started_by_deployment() -> bool:
     return bool(deployment.id)
 
 
+def started_from(caller: str) -> str:
+    """Where the run was started: a deployment (whatever the parameter says), else what the
+    caller declares (`das run` passes ``cli``; a Python call is ``python``)."""
+    return "deployment" if started_by_deployment() else caller
+
+
 def request_context(request: RunRequest) -> str:
     """Where the run was started: a deployment, `das run`, or a Python call."""
-    return "deployment" if started_by_deployment() else request.context
+    return started_from(request.context)
 
 
 def parse_cumulative(
@@ -165,6 +173,7 @@ class ReleaseRun:
     info: LedgerInfo
     state: RunState
     steps: RunSteps
+    progress: RunProgress | None = None
     validated: dict[str, str] | None = None
     dataset: str | None = None
     passes: list[PassSpend] = field(default_factory=list)
@@ -204,6 +213,23 @@ class ReleaseRun:
     @property
     def staging(self) -> Path:
         return self.stager.staging
+
+    @contextlib.contextmanager
+    def stage(self, name: str, total: int = 1, skipped: bool = False) -> Iterator[None]:
+        """A stage of the run: timed in the audit, shown in the progress (``total`` units;
+        ``skipped`` when an earlier attempt completed it)."""
+        progress = self.progress
+        if progress is not None:
+            progress.begin(name, total)
+        with self.audit.stage(name):
+            yield
+        if progress is not None:
+            progress.end(name, skipped=skipped)
+
+    def advance(self, name: str) -> None:
+        """One unit of stage ``name`` done (a state, level, bucket or table)."""
+        if self.progress is not None:
+            self.progress.advance(name)
 
     @property
     def draws(self) -> DrawLedger:
@@ -445,8 +471,9 @@ def release_run(request: RunRequest, inputs: RunInputs, parse: Parse) -> Iterato
             },
         )
         run = ReleaseRun(
-            request, inputs, check, folder, audit, lease, stager, ledger, info, state, steps
-        )
+            request, inputs, check, folder, audit, lease, stager, ledger, info, state, steps,
+            RunProgress(request.product, run_id),
+        )  # fmt: skip
         with run_log_file(folder.log_path):
             logger.info(
                 "%srun %s (%s, attempt %d) of %s; privacy ledger %s", run.banner, run_id,
@@ -458,6 +485,7 @@ def release_run(request: RunRequest, inputs: RunInputs, parse: Parse) -> Iterato
                 yield run
                 if run.published is None:
                     raise RuntimeError("the flow ended without publishing its release")
+                run.progress.finish()
             except BaseException as exc:
                 if not run.drawing:
                     ledger.release_reservation(run_id, type(exc).__name__)

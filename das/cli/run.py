@@ -267,8 +267,10 @@ def _run(args: argparse.Namespace) -> int:
         from flows.safetab_p import safetab_p_flow as product_flow
     else:
         from flows.phsafe import phsafe_flow as product_flow
+    from das.cli.progress import shown
+
     flow = product_flow.with_options(task_runner=task_runner_from_env())
-    with _quiet_tracebacks():
+    with _quiet_tracebacks(), shown(product):
         state = flow(**parameters, return_state=True)
     run_id = args.run_id or str(state.state_details.flow_run_id)
     output = Path(str(output).replace("{run_id}", run_id))
