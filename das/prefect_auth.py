@@ -35,6 +35,7 @@ CLIENT_AUTH = "PREFECT_API_AUTH_STRING"
 SERVER_AUTH = "PREFECT_SERVER_API_AUTH_STRING"
 SERVER_CSRF = "PREFECT_SERVER_CSRF_PROTECTION_ENABLED"
 SERVER_DATABASE_PASSWORD = "PREFECT_SERVER_DATABASE_PASSWORD"
+UNREACHABLE = "the Prefect API could not be reached"
 
 
 def configure_prefect_auth(environ: MutableMapping[str, str] | None = None) -> None:
@@ -94,13 +95,15 @@ def check_api(
         status = _get(url, auth_string, timeout)
     except (OSError, urllib.error.URLError) as exc:
         reason = getattr(exc, "reason", exc)
-        return f"cannot reach the Prefect server at {api_url} ({reason})", False
+        return f"{UNREACHABLE} at {api_url} ({reason})", False
     if status == 401:
         given = "refused the auth string" if auth_string else "requires authentication"
         return (
             f"the Prefect server at {api_url} {given} (HTTP 401): set {AUTH_FILE_ENV} to the "
             "file holding its auth string (user:password, chmod 600)"
         ), False
+    if status >= 500:
+        return f"{UNREACHABLE} at {api_url}: it answered HTTP {status} (busy or failing)", False
     if status != 200:
         return f"the Prefect server at {api_url} answered HTTP {status} to {url}", False
     if not auth_string:
@@ -112,17 +115,22 @@ def check_api(
     return None, anonymous
 
 
-def server_accepts(prog: str) -> bool:
+def server_accepts(prog: str) -> int:
     """Before ``prog`` (``das deploy``, ``das run``) talks to the server of
-    ``PREFECT_API_URL``: False, with the problem on stderr in one line, when the server cannot
-    be reached or refuses the credentials; a warning when it answers anonymous calls."""
+    ``PREFECT_API_URL``: 0 when it may; else the problem on stderr in one line and the exit
+    code — 3 (an infrastructure fault) when the server cannot be reached or is failing, 2 when
+    it refuses the credentials. A warning when it answers anonymous calls."""
     import sys
 
     api_url = os.environ["PREFECT_API_URL"]
     problem, anonymous = check_api(api_url, os.environ.get(CLIENT_AUTH))
     if problem:
+        if problem.startswith(UNREACHABLE):
+            print(f"{prog}: FAILED — {problem}: start or check the server (PREFECT_API_URL), "
+                  "then run again; nothing was drawn", file=sys.stderr)  # fmt: skip
+            return 3
         print(f"{prog}: error: {problem}", file=sys.stderr)
-        return False
+        return 2
     if anonymous:
         print(
             f"{prog}: warning: the Prefect server at {api_url} answers anonymous calls: anyone "
@@ -130,7 +138,7 @@ def server_accepts(prog: str) -> bool:
             f"{AUTH_FILE_ENV} (README, Run it in production)",
             file=sys.stderr,
         )
-    return True
+    return 0
 
 
 def dask_setup(worker: object = None) -> None:

@@ -45,6 +45,14 @@ RUN_LOGGERS = ("prefect.flow_runs", "prefect.task_runs", "das")
 LOG_FORMAT = "%(asctime)s %(levelname)s %(name)s: %(message)s"
 
 
+class _RunLogHandler(logging.FileHandler):
+    """The run log file; a write it cannot make (a full disk) is dropped quietly: the run
+    itself then fails on its own write, and says so in one line."""
+
+    def handleError(self, record: logging.LogRecord) -> None:
+        self.failed = True
+
+
 @contextlib.contextmanager
 def run_log_file(path: str | Path) -> Iterator[Path]:
     """Copy the run's log records into ``path`` (appending: a rerun continues the same log).
@@ -53,7 +61,7 @@ def run_log_file(path: str | Path) -> Iterator[Path]:
     """
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
-    handler = logging.FileHandler(path, encoding="utf-8")
+    handler = _RunLogHandler(path, encoding="utf-8")
     handler.setFormatter(logging.Formatter(LOG_FORMAT))
     handler.setLevel(logging.INFO)
     loggers = [logging.getLogger(name) for name in RUN_LOGGERS]

@@ -42,6 +42,7 @@ from das.io.fingerprint import combine_fingerprints  # noqa: E402
 from das.privacy.accounting import PrivacyAccountant  # noqa: E402
 from das.privacy.mechanisms import Budget  # noqa: E402
 from das.runs.audit import AuditRecorder  # noqa: E402
+from das.runs.faults import InfrastructureFault, explain, resume_hint  # noqa: E402
 from das.runs.folder import RunFolder  # noqa: E402
 from das.runs.ledger import (  # noqa: E402
     ApprovalRequired,
@@ -109,6 +110,12 @@ def flow_run_id() -> str | None:
     from prefect.runtime import flow_run
 
     return str(flow_run.id) if flow_run.id else None
+
+
+def api_url() -> str | None:
+    from prefect.settings import PREFECT_API_URL
+
+    return PREFECT_API_URL.value() or None
 
 
 def default_run_id() -> str:
@@ -487,16 +494,23 @@ def release_run(request: RunRequest, inputs: RunInputs, parse: Parse) -> Iterato
                     raise RuntimeError("the flow ended without publishing its release")
                 run.progress.finish()
             except BaseException as exc:
-                if not run.drawing:
-                    ledger.release_reservation(run_id, type(exc).__name__)
-                ledger.record_failure(run_id, state.attempt, type(exc).__name__)
+                fault = explain(exc, resume_hint(run.context, run_id), api_url())
+                with contextlib.suppress(Exception):  # the ledger may be what failed
+                    if not run.drawing:
+                        ledger.release_reservation(run_id, type(exc).__name__)
+                    ledger.record_failure(run_id, state.attempt, type(exc).__name__)
                 if audit.record["ledger"] is None:
                     audit.update(ledger={"partitions": stored_ledgers(folder)})
                 if audit.record["draws"] is None:
-                    audit.update(draws=_recorded_draws(ledger, run_id, state.attempt))
+                    with contextlib.suppress(Exception):
+                        audit.update(draws=_recorded_draws(ledger, run_id, state.attempt))
                 record = audit.write("failed", exc)
-                logger.error("%srun %s failed: %s", run.banner, run_id, type(exc).__name__)
-                publish_audit_artifact(request.product, record, run.banner)
+                logger.error("%srun %s failed: %s", run.banner, run_id,
+                             fault.line if fault else type(exc).__name__)  # fmt: skip
+                with contextlib.suppress(Exception):
+                    publish_audit_artifact(request.product, record, run.banner)
+                if fault is not None and isinstance(exc, Exception):
+                    raise InfrastructureFault(fault.line) from exc
                 raise
             record = audit.save()
             publish_audit_artifact(request.product, record, run.banner)

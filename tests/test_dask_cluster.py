@@ -65,7 +65,7 @@ class OperatorCluster:
     """``dask scheduler`` and ``dask worker`` processes started as an operator would, each in
     its own session (process group), so that closing kills every process they started."""
 
-    def __init__(self, root: Path) -> None:
+    def __init__(self, root: Path, env: dict[str, str] | None = None) -> None:
         root.mkdir(parents=True)
         self.root = root
         self.log = root / "draws.jsonl"
@@ -76,6 +76,7 @@ class OperatorCluster:
             "PREFECT_API_URL": _api_url(),
             "DAS_TEST_DRAW_LOG": str(self.log),
             "DAS_TEST_DRAW_CONTROL": str(self.control),
+            **(env or {}),
         }
         self.env.pop("DAS_DASK_ADDRESS", None)
         self.processes: dict[str, subprocess.Popen] = {}
@@ -455,3 +456,47 @@ def test_the_deployment_entrypoint_runs_on_the_cluster_and_a_flow_loaded_by_file
     assert {e["pid"] for e in cluster.events() if e["event"] == "fresh"} == {
         cluster.workers()["w1"]
     }
+
+
+def test_workers_lost_mid_run_end_it_in_one_line_and_a_resume_redraws_nothing(
+    tmp_path: Path,
+) -> None:
+    """The worker drawing a level is killed; with no retry left on the scheduler (allowed
+    failures 0: a cluster whose workers keep dying) the task is lost. `das run` ends in one
+    line naming the cause and the resume, exit 3 (not 1: nothing is wrong with the inputs);
+    the same command with the run id then completes, reusing every draw the ledger holds."""
+    fragile = OperatorCluster(
+        tmp_path / "cluster", {"DASK_DISTRIBUTED__SCHEDULER__ALLOWED_FAILURES": "0"}
+    )
+    try:
+        params = tmp_path / "params"
+        shutil.copytree(TOY / "input_dir_zcdp", params)
+        output = tmp_path / "out"
+        args = ["run", "safetab-p", "--config", str(params / "config.json"), "--data",
+                str(TOY), "--output", str(output), "--seed", SEED, "--run-id", "lost",
+                "--skip-validation", "--ledger", str(tmp_path / "ledger")]  # fmt: skip
+        fragile.start_worker("w1")
+        paused = "US/COUNTY/2/stage-1"
+        fragile.pause_after(paused)
+        started = time.time()
+        process = _das_on_cluster(fragile, *args)
+        event = fragile.wait_for("fresh", paused, process, started)
+        os.kill(event["pid"], signal.SIGKILL)
+        fragile.pause_after(None)
+        out, err = process.communicate(timeout=RUN_SECONDS)
+        assert process.returncode == 3, out + err[-3000:]
+        assert "Traceback" not in err
+        (line,) = [line for line in err.splitlines() if "FAILED" in line]
+        assert "the Dask task runner lost its workers" in line and "--run-id lost" in line
+        drawn = {e["name"] for e in fragile.events() if e["event"] == "fresh"}
+        assert paused in drawn and not output.exists()
+
+        again = time.time()
+        _finished(_das_on_cluster(fragile, *args))
+        fresh = {e["name"] for e in fragile.events() if e["event"] == "fresh" and e["t"] >= again}
+        assert not fresh & drawn  # nothing drawn twice
+        audit = json.loads((output / "audit.json").read_text())
+        assert audit["draws"]["reused"] >= 1 and audit["parameters"]["attempt"] == 2
+    finally:
+        left = fragile.close()
+    assert left == []

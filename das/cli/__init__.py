@@ -56,8 +56,10 @@ def main(argv: Sequence[str] | None = None) -> int:
     # `das run` against a server: refused credentials stop here, in one line (exit 2, nothing
     # drawn), not in a traceback from the flow's first API call. (`das deploy` asks itself.)
     api = os.environ.get("PREFECT_API_URL")
-    if args.command == "run" and api and not server_accepts("das run"):
-        return 2
+    if args.command == "run" and api:
+        refused = server_accepts("das run")
+        if refused:
+            return refused
     return int(args.handler(args) or 0)
 
 

@@ -252,8 +252,9 @@ def deploy_command(args: argparse.Namespace) -> int:
             file=sys.stderr,
         )
         return EXIT_USAGE
-    if not server_accepts("das deploy"):
-        return EXIT_USAGE
+    refused = server_accepts("das deploy")
+    if refused:
+        return refused
     checkout = args.checkout.resolve() if args.checkout else checkout_root()
     if checkout is None or not (checkout / PREFECT_FILE).is_file():
         print(f"das deploy: error: no {PREFECT_FILE} here or in --checkout", file=sys.stderr)

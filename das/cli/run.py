@@ -1,19 +1,25 @@
 """`das run {safetab-p|phsafe} --config FILE --data DIR --output DIR [--seed N] [--run-id ID]
-[--skip-validation] [--cumulative-total PASS=TOTAL] [--replace-release]
-[--ledger DIR]`: run the product's Prefect
-flow in process and publish its release (SafeTab-P: t1/, t2/; PHSafe: one folder per noisy table
-and per estimates table; audit.json and MANIFEST.json) into OUT, whole or not at all.
+[--skip-validation] [--cumulative-total PASS=TOTAL] [--replace-release] [--ledger DIR]`:
+run the product's Prefect flow in process and publish its release (SafeTab-P: t1/, t2/;
+PHSafe: one folder per noisy table and per estimates table; audit.json and MANIFEST.json) into
+OUT, whole or not at all.
 
-Exit codes: 0 released; 1 the run failed — invalid inputs (nothing drawn; the validation report
-is in ``OUT.das/runs/<run-id>/validation/``) or a later error (the attempt's audit and run log
-are in ``OUT.das/runs/<run-id>/``); 2 refused or usage error (bad arguments, missing config or
-data, a seed or an infinite budget under ``DAS_PRODUCTION=1``, a resumed run whose inputs,
-config or seed changed, a dataset with recorded spend and no ``--cumulative-total``, another
-run's release or a live run in OUT). A refused run touches nothing in OUT.
+Exit codes:
+  0  released;
+  1  the run failed: invalid inputs or records that changed under it (nothing drawn; the
+     validation report is in OUT.das/runs/<run-id>/validation/), or another error (the
+     attempt's audit and run log are in OUT.das/runs/<run-id>/);
+  2  refused or a usage error, nothing drawn: bad arguments, a seed or an infinite budget under
+     DAS_PRODUCTION, parameters outside the limits, no approval in the privacy ledger (the
+     exact `das ledger approve` command is printed), a dataset with recorded spend and no
+     --cumulative-total (outside production), a run id bound to another run, another run's
+     release or a live run in OUT;
+  3  an infrastructure fault (the Dask workers lost, the Prefect API unreachable or busy, a
+     full disk): one line names it; resuming (the same command with --run-id) reuses every
+     draw the privacy ledger recorded.
 
-A failed run is resumed by running again with the same ``--run-id``: every measurement already
-drawn is reused from the run folder, none is drawn twice. Without ``PREFECT_API_URL`` the flow
-runs against a temporary local Prefect API.
+Without PREFECT_API_URL the flow runs against a temporary local Prefect API. On a terminal a
+live display shows the run's stages and progress; elsewhere, progress lines go to stderr.
 """
 
 from __future__ import annotations
@@ -30,7 +36,7 @@ from typing import Any
 from das.cli.arguments import resolved_path
 from das.postprocess.counts import INTERVALS
 
-EXIT_OK, EXIT_FAILED, EXIT_USAGE = 0, 1, 2
+EXIT_OK, EXIT_FAILED, EXIT_USAGE = 0, 1, 2  # das.runs.faults.EXIT_INFRASTRUCTURE: 3
 
 
 def register(subparsers: argparse._SubParsersAction) -> None:
@@ -259,6 +265,8 @@ def _run(args: argparse.Namespace) -> int:
 
     from das.offline import configure_offline
 
+    # A loaded machine starts the temporary Prefect API slowly: wait longer than Prefect's 20 s.
+    os.environ.setdefault("PREFECT_SERVER_EPHEMERAL_STARTUP_TIMEOUT_SECONDS", "180")
     configure_offline()
     from das.validation.report import ValidationFailed
     from flows.runner import task_runner_from_env
@@ -268,10 +276,19 @@ def _run(args: argparse.Namespace) -> int:
     else:
         from flows.phsafe import phsafe_flow as product_flow
     from das.cli.progress import shown
+    from das.runs.faults import EXIT_INFRASTRUCTURE, explain
 
     flow = product_flow.with_options(task_runner=task_runner_from_env())
-    with _quiet_tracebacks(), shown(product):
-        state = flow(**parameters, return_state=True)
+    resume = "run this command again" + (f" with --run-id {args.run_id}" if args.run_id else "")
+    try:
+        with _quiet_tracebacks(), shown(product):
+            state = flow(**parameters, return_state=True)
+    except Exception as exc:  # the flow never ran (e.g. no Prefect API): one line, no traceback
+        fault = explain(exc, resume, os.environ.get("PREFECT_API_URL"))
+        if fault is None:
+            raise
+        print(f"das run {product}: FAILED — {fault.line}", file=sys.stderr)
+        return EXIT_INFRASTRUCTURE
     run_id = args.run_id or str(state.state_details.flow_run_id)
     output = Path(str(output).replace("{run_id}", run_id))
     folder = RunFolder(output, run_id)
@@ -289,6 +306,13 @@ def _run(args: argparse.Namespace) -> int:
     if isinstance(exc, ValidationFailed):
         print(f"das run {product}: NOT RUN — {exc}", file=sys.stderr)
         return EXIT_FAILED
+    fault = None
+    if isinstance(exc, BaseException):
+        resume = f"run the same command with --run-id {run_id}"
+        fault = explain(exc, resume, os.environ.get("PREFECT_API_URL"))
+    if fault is not None:
+        print(f"das run {product}: FAILED — {fault.line} (run {run_id})", file=sys.stderr)
+        return EXIT_INFRASTRUCTURE
     where = (
         f"audit {folder.audit_path}, log {folder.log_path}"
         if folder.audit_path.is_file()
