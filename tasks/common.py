@@ -22,11 +22,7 @@ from pathlib import Path  # noqa: E402
 from typing import TYPE_CHECKING, Any  # noqa: E402
 
 from prefect import get_run_logger, task  # noqa: E402
-from prefect.artifacts import (  # noqa: E402
-    create_link_artifact,
-    create_markdown_artifact,
-    create_table_artifact,
-)
+from prefect.artifacts import create_markdown_artifact, create_table_artifact  # noqa: E402
 from prefect.cache_policies import NO_CACHE  # noqa: E402
 
 from das.privacy.accounting import Measurement, PrivacyAccountant, compose, summarize  # noqa: E402
@@ -179,21 +175,31 @@ def publish_privacy_artifacts(
 
 def publish_audit_artifact(product: str, audit: Mapping[str, Any], banner: str = "") -> str:
     """The audit record as a readable Markdown summary (:func:`das.runs.audit.audit_markdown`),
-    and a link artifact to the validation report when there is one."""
+    titled with the attempt: a retried run's page shows each attempt's audit apart."""
+    attempt = (audit.get("parameters") or {}).get("attempt") or 1
     artifact = create_markdown_artifact(
         markdown=audit_markdown(audit, banner),
         key=artifact_key(product, "audit"),
-        description=f"{banner}{product}: audit record (audit.json in the release and run folder)",
+        description=(
+            f"{banner}{product}: audit record of attempt {attempt} ({audit.get('status')}; "
+            "audit.json in the release and the run folder)"
+        ),
     )
-    report = (audit.get("validation") or {}).get("report_dir")
-    if report:
-        create_link_artifact(
-            link=Path(report, "report.html").as_uri(),
-            link_text=f"validation report (curator's machine): {Path(report, 'report.html')}",
-            key=artifact_key(product, "validation-report"),
-            description=f"{banner}{product}: validation report and Data Docs of the run",
-        )
     return str(artifact)
+
+
+def publish_validation_verdict(product: str, summary: Mapping[str, Any]) -> None:
+    """The verdict of a release run's validation on its page: VALID or NOT VALID, the counts
+    of errors, warnings and checks, the failed checks by name, and where the report is (no
+    data value, no count of records)."""
+    from tasks.validate import validation_markdown
+
+    create_markdown_artifact(
+        markdown=validation_markdown(product, "this run", summary),
+        key=artifact_key(product, "validation"),
+        description=f"{product}: validation of this run's inputs — "
+        + ("VALID" if summary.get("ok") else "NOT VALID"),
+    )
 
 
 def stored_ledgers(folder: RunFolder) -> dict[str, Any]:
@@ -264,6 +270,7 @@ def validation_gate(run: ReleaseRun) -> None:
         run.sealed.check_copy(folder.root)
         summary = outcome.summary
         audit.update(validation=summary)
+        publish_validation_verdict(run.product, summary)
         run.ledger.record_validation_of(
             run.product, run.inputs.confidential, outcome.fingerprints,
             run.sealed.sha256("config.json"), summary, run.run_id,

@@ -103,7 +103,8 @@ class Snapshot:
     def line(self) -> str:
         """One line for logs and non-terminal output."""
         stage = next((s for s in self.stages if s.name == self.current), None)
-        where = f"{stage.name} {stage.units()}" if stage is not None else "finishing"
+        where = f"{stage.name} {stage.units()}" if stage is not None else (
+            "done" if self.finished else "finishing")
         eta = "" if self.remaining is None else f", about {_duration(self.remaining)} left"
         return (
             f"progress {self.percent:.0f}%: {where} (elapsed {_duration(self.elapsed)}{eta})"
@@ -142,6 +143,7 @@ class RunProgress:
     stages: dict[str, StageProgress] = field(default_factory=dict)
     current: str | None = None
     started: float = field(default_factory=time.monotonic)
+    outcome: str | None = None
     _artifact: Any = None
     _artifact_at: float = 0.0
     _logged_at: float = 0.0
@@ -181,9 +183,12 @@ class RunProgress:
         yield
         self.end(name)
 
-    def finish(self) -> None:
+    def finish(self, outcome: str | None = None) -> None:
+        """The run is over; ``outcome`` (e.g. where the release is) ends the UI's progress
+        line."""
         with self._lock:
             self.current = None
+            self.outcome = outcome
         self._publish(log=True, finished=True)
 
     # -- what is shown --------------------------------------------------------------------------
@@ -216,7 +221,7 @@ class RunProgress:
             self._update_artifact(snapshot)
 
     def _update_artifact(self, snapshot: Snapshot) -> None:
-        description = f"{self.product} run {self.run_id}: {snapshot.line()}"
+        description = f"{self.product} run {self.run_id}: {self.outcome or snapshot.line()}"
         with suppress(Exception):  # the UI's progress bar is information, not the run
             if self._artifact is None:
                 self._artifact = create_progress_artifact(

@@ -37,11 +37,12 @@ from pathlib import Path  # noqa: E402
 from typing import Any  # noqa: E402
 
 from prefect import get_run_logger  # noqa: E402
+from prefect.artifacts import create_markdown_artifact  # noqa: E402
 
 from das.io.fingerprint import combine_fingerprints  # noqa: E402
 from das.privacy.accounting import PrivacyAccountant  # noqa: E402
 from das.privacy.mechanisms import Budget  # noqa: E402
-from das.runs.audit import AuditRecorder  # noqa: E402
+from das.runs.audit import AuditRecorder, md_escape  # noqa: E402
 from das.runs.faults import InfrastructureFault, explain, resume_hint  # noqa: E402
 from das.runs.folder import RunFolder  # noqa: E402
 from das.runs.ledger import (  # noqa: E402
@@ -71,6 +72,7 @@ from das.runs.steps import RunSteps  # noqa: E402
 from das.validation.report import ValidationFailed  # noqa: E402
 from tasks.cluster import check_cluster_shares_run  # noqa: E402
 from tasks.common import (  # noqa: E402
+    artifact_key,
     publish_audit_artifact,
     publish_privacy_artifacts,
     run_log_file,
@@ -391,7 +393,40 @@ class ReleaseRun:
         self.audit.update(release={**result, "replaces": replaces})
         self.published = result
         publish_privacy_artifacts(self.product, accountants, delta, self.banner)
+        self._release_artifact(result)
         return result
+
+    def _release_artifact(self, result: Mapping[str, Any]) -> None:
+        """Where the release is and what it is, on the run's page: the release folder, its
+        MANIFEST and audit, the ledger entry it carries, and how to verify it."""
+        release = self.folder.release_dir
+        verdict = "a private release" if not self.markers else (
+            f"NOT A PRIVATE RELEASE ({', '.join(self.markers)})")
+        head = result.get("ledger") or {}
+        where = (f"--ledger {self.ledger.store.path.parent}" if self.ledger.store.path
+                 else "--url <ledger URL>")  # fmt: skip
+        rows = [
+            ("verdict", verdict),
+            ("release folder", f"`{release}`"),
+            ("MANIFEST", f"`{release / 'MANIFEST.json'}`"),
+            ("audit", f"`{release / 'audit.json'}`"),
+            ("run state (confidential)", f"`{self.folder.root}`"),
+            ("privacy ledger", f"{self.info.location}, entry {head.get('seq')} "
+             f"({str(head.get('hash'))[:16]}…)"),
+            ("check it", f"`das ledger verify {where} --release {release}`"),
+            ("attempt", str(self.state.attempt)),
+        ]  # fmt: skip
+        lines = [f"# {md_escape(self.product)} run {md_escape(self.run_id)}: "
+                 f"{md_escape(result.get('state'))}", "", "| | |", "|---|---|"]  # fmt: skip
+        lines += [f"| {label} | {value} |" for label, value in rows]
+        with contextlib.suppress(Exception):  # the release is published whatever the UI shows
+            create_markdown_artifact(
+                markdown="\n".join(lines),
+                key=artifact_key(self.product, "release"),
+                description=f"{self.banner}{self.product}: the release is in {release}",
+            )
+        if self.progress is not None:
+            self.progress.outcome = f"{result.get('state')} — {verdict} in {release}"
 
 
 def _recorded_draws(ledger: PrivacyLedger, run_id: str, attempt: int) -> dict[str, int]:
@@ -401,6 +436,20 @@ def _recorded_draws(ledger: PrivacyLedger, run_id: str, attempt: int) -> dict[st
         return {"fresh": 0, "earlier_attempts": 0}
     fresh = sum(1 for d in state.draws.values() if d["attempt"] == attempt)
     return {"fresh": fresh, "earlier_attempts": len(state.draws) - fresh}
+
+
+def tag_attempt(attempt: int) -> None:
+    """A resumed run carries ``attempt-N`` among its tags: the run list shows that this run
+    crashed or failed before and was resumed (best effort: a tag is information)."""
+    run_id = flow_run_id()
+    if attempt < 2 or run_id is None:
+        return
+    from prefect.client.orchestration import get_client
+
+    with contextlib.suppress(Exception), get_client(sync_client=True) as client:
+        tags = list(client.read_flow_run(run_id).tags or [])
+        extra = [f"attempt-{attempt}", "resumed"]
+        client.update_flow_run(run_id, tags=[*tags, *(t for t in extra if t not in tags)])
 
 
 def _remove_if_unused(folder: RunFolder, created: bool) -> None:
@@ -443,6 +492,7 @@ def release_run(request: RunRequest, inputs: RunInputs, parse: Parse) -> Iterato
         raise
     try:
         rerun = state.attempt > 1
+        tag_attempt(state.attempt)
         folder.create()
         check.sealed.write_copy(folder.root)
         lease = new_lease(folder)
@@ -492,7 +542,7 @@ def release_run(request: RunRequest, inputs: RunInputs, parse: Parse) -> Iterato
                 yield run
                 if run.published is None:
                     raise RuntimeError("the flow ended without publishing its release")
-                run.progress.finish()
+                run.progress.finish(run.progress.outcome)
             except BaseException as exc:
                 fault = explain(exc, resume_hint(run.context, run_id), api_url())
                 with contextlib.suppress(Exception):  # the ledger may be what failed

@@ -175,3 +175,24 @@ def test_operator_finds_the_run_its_artifacts_and_the_report(
     )
     data_docs = page.locator("a[href$='data_docs/index.html']").first
     assert data_docs.count() == 1
+
+
+def test_the_run_list_tells_a_refused_run_from_a_crashed_one(
+    prefect_stack: PrefectStack, page, screenshots: Path
+) -> None:
+    """After the e2e runs: a refused (rejected approval) and a crashed (killed) run show in the
+    run list with their own state badges; the release run's page leads with its progress and
+    release artifacts."""
+    stack = prefect_stack
+    body = {"flow_runs": {"state": {"name": {"any_": ["Crashed", "Refused"]}}}}
+    runs = {run["state"]["name"]: run for run in stack.request("POST", "/flow_runs/filter", body)}
+    assert set(runs) == {"Crashed", "Refused"}, runs
+    _open(page, f"{stack.ui_url}/runs", runs["Refused"]["name"])
+    page.get_by_text(runs["Crashed"]["name"]).first.wait_for(timeout=60_000)
+    for state in ("Refused", "Crashed", "Completed"):
+        page.get_by_text(state, exact=True).first.wait_for(timeout=30_000)
+    page.screenshot(path=screenshots / "10-refused-and-crashed.png")
+    _open(page, f"{stack.ui_url}/runs/flow-run/{runs['Refused']['id']}", "Refused")
+    page.get_by_text("Artifacts", exact=True).first.click()
+    page.get_by_text("phsafe-refused").first.wait_for(timeout=30_000)
+    page.screenshot(path=screenshots / "11-refused-run.png")

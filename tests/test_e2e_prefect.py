@@ -170,6 +170,9 @@ def test_killed_run_retried_from_the_ui_resumes_without_redraw(
     after = _noise_files(killed_out)
     assert {path: after.get(path) for path in drawn} == drawn  # no persisted draw replaced
 
+    assert "attempt-2" in stack.flow_run(run)["tags"]  # the run list shows the resume
+    audits = [a for a in stack.artifacts(run) if a.get("key") == "safetab-p-audit"]
+    assert {a["description"].split(" (")[0].rsplit(" ", 1)[-1] for a in audits} >= {"1", "2"}
     audit = json.loads((killed_out / "audit.json").read_text())
     clean_audit = json.loads((clean_out / "audit.json").read_text())
     total = clean_audit["draws"]["fresh"]
@@ -233,6 +236,45 @@ def test_a_second_release_pauses_for_approval_and_the_ledger_records_every_decis
     assert [p["prior"] for p in audit["privacy_ledger"]["passes"]] == [
         p["this_run"] for p in audit["privacy_ledger"]["passes"]
     ]  # the second release's earlier spend is the first one's
+
+
+def test_a_crashed_run_is_told_apart_from_a_refused_one(
+    prefect_stack: PrefectStack, first_runs: dict[str, str]
+) -> None:
+    """A flow process killed mid-run ends Crashed; a refusal ends Refused (Cancelled type):
+    the run list tells them apart at a glance (the browser test takes its picture)."""
+    stack = prefect_stack
+    crashed = stack.trigger("phsafe/phsafe-pr")
+    process = _flow_process(stack, crashed)
+    stack.wait(crashed, {"RUNNING", *TERMINAL_STATES}, timeout=300)
+    killed_at = time.time()
+    os.kill(process.pid, signal.SIGKILL)
+    assert stack.wait(crashed, timeout=300) == "CRASHED"
+    stack.wait_for_worker_release(crashed, killed_at)
+    body = {"flow_runs": {"state": {"name": {"any_": ["Crashed", "Refused"]}}}}
+    names = {run["state"]["name"] for run in stack.request("POST", "/flow_runs/filter", body)}
+    assert names == {"Crashed", "Refused"}
+
+
+def test_a_resumed_run_says_so_and_its_page_says_where_the_release_is(
+    prefect_stack: PrefectStack, first_runs: dict[str, str]
+) -> None:
+    """The release run's page: a progress artifact ending on where the release is, a release
+    artifact (folder, MANIFEST, audit, ledger entry, the verify command), the validation
+    verdict, and an audit artifact per attempt."""
+    stack = prefect_stack
+    run = first_runs[SAFETAB]
+    artifacts = {a["key"]: a for a in stack.artifacts(run) if a.get("key")}
+    release = stack.root / "safetab-p" / "releases" / run
+    assert artifacts["safetab-p-progress"]["type"] == "progress"
+    assert artifacts["safetab-p-progress"]["data"] == 100.0
+    assert str(release) in artifacts["safetab-p-progress"]["description"]
+    page = artifacts["safetab-p-release"]["data"]
+    assert str(release / "MANIFEST.json") in page and "das ledger verify" in page
+    assert "a private release" in page
+    verdict = artifacts["safetab-p-validation"]
+    assert "VALID" in verdict["description"] and "| errors | 0 |" in verdict["data"]
+    assert "attempt 1" in artifacts["safetab-p-audit"]["description"]
 
 
 def test_activated_schedule_makes_the_scheduler_create_runs(prefect_stack: PrefectStack) -> None:
