@@ -97,7 +97,7 @@ def task_runner_from_env(workers: int = 2) -> TaskRunner:
         "processes": processes,
         # Nothing listens beyond loopback unless the operator says so: the dashboard has no
         # login, and the scheduler takes work from anyone who reaches it.
-        "dashboard_address": os.environ.get(DASK_DASHBOARD_ENV, "127.0.0.1:0"),
+        "dashboard_address": os.environ.get(DASK_DASHBOARD_ENV, "127.0.0.1:0") or None,
     }
     if processes:  # an in-process cluster talks in memory, no scheduler port
         kwargs["host"] = os.environ.get(DASK_HOST_ENV, "127.0.0.1")

@@ -55,3 +55,31 @@ def test_environment_chooses_the_eager_runner(monkeypatch: pytest.MonkeyPatch) -
     monkeypatch.setenv("DAS_DASK_ADDRESS", "tcp://127.0.0.1:8786")
     runner = task_runner_from_env()
     assert isinstance(runner, EagerDaskTaskRunner) and runner.address == "tcp://127.0.0.1:8786"
+
+
+def test_a_runs_own_cluster_listens_on_loopback_only(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Scheduler, workers and the dashboard (which has no login) bind to 127.0.0.1 unless the
+    operator exposes them on purpose; the dashboard can be turned off."""
+    import socket
+
+    import distributed
+    import psutil
+
+    for name in ("DAS_TASK_RUNNER", "DAS_DASK_ADDRESS", "DAS_DASK_HOST", "DAS_DASK_DASHBOARD"):
+        monkeypatch.delenv(name, raising=False)
+    monkeypatch.setenv("PREFECT_API_URL", "http://127.0.0.1:1/api")  # worker processes
+    kwargs = task_runner_from_env().cluster_kwargs
+    assert kwargs["host"] == "127.0.0.1" and kwargs["dashboard_address"] == "127.0.0.1:0"
+    with distributed.LocalCluster(**{**kwargs, "n_workers": 1}) as cluster:
+        assert cluster.scheduler_address.startswith("tcp://127.0.0.1:")
+        mine = {p.pid for p in [psutil.Process(), *psutil.Process().children(recursive=True)]}
+        listening = [
+            c.laddr.ip
+            for c in psutil.net_connections("tcp")
+            if c.status == psutil.CONN_LISTEN and c.pid in mine and c.family == socket.AF_INET
+        ]
+        assert listening and set(listening) == {"127.0.0.1"}, listening
+    monkeypatch.setenv("DAS_DASK_DASHBOARD", "")
+    assert task_runner_from_env().cluster_kwargs["dashboard_address"] is None
+    monkeypatch.setenv("DAS_DASK_DASHBOARD", "0.0.0.0:8787")
+    assert task_runner_from_env().cluster_kwargs["dashboard_address"] == "0.0.0.0:8787"
