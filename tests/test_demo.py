@@ -76,5 +76,5 @@ def test_the_guide_survives_a_failed_step(
     monkeypatch.setattr("das.cli.main", lambda argv: 1 if argv[0] == "validate" else 0)
     output = tmp_path / "demo"
     assert das(["demo", "--output", str(output), "--persons", "200"]) == 1
-    assert "## The commands, in order" in (output / "README.md").read_text()
+    assert "## The steps: the commands, in order" in (output / "README.md").read_text()
     assert not (output / "budget").exists()

@@ -102,10 +102,11 @@ def demo_guide(output: Path, steps: list[tuple[str, list[str]]]) -> str:
     """``<output>/README.md``: the folders, what would be confidential in real use, and the
     commands (the demo's own steps) that made each."""
 
-    def made_by(*prefix: str, suffix: str = "") -> str:
-        found = [f"`{_command(argv)}`{suffix}" for _, argv in steps
-                 if tuple(argv[: len(prefix)]) == prefix]  # fmt: skip
-        return "<br>".join(found)
+    def made_by(*prefix: str) -> str:
+        numbers = [str(n) for n, (_, argv) in enumerate(steps, 1)
+                   if tuple(argv[: len(prefix)]) == prefix]  # fmt: skip
+        label = "step" if len(numbers) == 1 else "steps"
+        return f"{label} {', '.join(numbers)} (`das {' '.join(prefix)}`)"
 
     ledger = shlex.quote(str(output / "ledger"))
     rows = [
@@ -123,12 +124,12 @@ def demo_guide(output: Path, steps: list[tuple[str, list[str]]]) -> str:
          "written in the records"),
         ("`budget/<product>.txt`, `.json`", "the privacy-budget report of each config, as the "
          "command prints it and with `--json`: every query's budget, noise and margin of "
-         "error, and the totals per pass", made_by("budget", "report", suffix=" (`--json`)"),
+         "error, and the totals per pass", made_by("budget", "report") + ", and with `--json`",
          "public: from the config and specs only, no record"),
         ("`ledger/`", "the demo's privacy ledger (`ledger.sqlite`): its id and ceilings, the "
          "approvals, each run's spend and noise-file digests, as a hash chain; read it with "
          f"`das ledger show --ledger {ledger}`, check it with `das ledger verify --ledger "
-         f"{ledger}`", made_by("ledger") + "<br>and the runs, which record their spend in it",
+         f"{ledger}`", made_by("ledger") + "; the runs record their spend in it",
          "the enclave's system of record (keyed ids and budgets, no record value): kept and "
          "backed up inside the enclave"),
         ("`release/<product>/`", "the releases: SafeTab-P `t1/`, `t2/`; PHSafe one folder per "
@@ -154,10 +155,10 @@ def demo_guide(output: Path, steps: list[tuple[str, list[str]]]) -> str:
         "|---|---|---|---|",
         *(f"| {folder} | {what} | {made} | {use} |" for folder, what, made, use in rows),
         "",
-        "## The commands, in order",
+        "## The steps: the commands, in order",
         "",
-        "`das demo` stops at the first command that fails; the folders of the commands after "
-        "it are then absent.",
+        "`das demo` stops at the first command that fails; the folders of the steps after it "
+        "are then absent. Run again, it replaces this folder.",
         "",
         *(f"{n}. {title}: `{_command(argv)}`" for n, (title, argv) in enumerate(steps, 1)),
         "",
