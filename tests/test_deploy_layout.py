@@ -244,3 +244,29 @@ def test_server_variable_reads_the_rest_api(monkeypatch: pytest.MonkeyPatch) -> 
         server.shutdown()
         server.server_close()
     assert seen[0] == ("/api/variables/name/das_root", "Basic ZGFzOnB3")
+
+
+def test_the_readme_lists_the_deployments_das_deploy_registers() -> None:
+    """README "Run it in production" tables every deployment as flow/name, with the
+    `--products` name that registers it: the same list as deploy/prefect.yaml."""
+    import importlib
+
+    config = yaml.safe_load((REPO / "deploy" / "prefect.yaml").read_text())
+    product_of = {name: p.name for p in PRODUCTS for name in p.deployments}
+    expected = []
+    for deployment in config["deployments"]:
+        path, attribute = deployment["entrypoint"].split(":")
+        module = importlib.import_module(path.removesuffix(".py").replace("/", "."))
+        flow_name = getattr(module, attribute).name
+        product = product_of.get(deployment["name"], "always")
+        expected.append((f"{flow_name}/{deployment['name']}", product))
+    lines = (REPO / "README.md").read_text().splitlines()
+    header = lines.index("   | deployment | what | reads under `<root>` | `--products` |")
+    rows = []
+    for line in lines[header + 2 :]:
+        if not line.strip().startswith("|"):
+            break
+        cells = [cell.strip().strip("`") for cell in line.strip().strip("|").split("|")]
+        rows.append((cells[0], cells[-1]))
+    assert len(rows) == len(config["deployments"]) == 8
+    assert sorted(rows) == sorted(expected)
