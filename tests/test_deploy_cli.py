@@ -8,6 +8,7 @@ import pytest
 
 from das.cli import deploy
 from das.cli import main as das
+from das.cli.deploy_layout import PRODUCTS, layout_problems
 
 
 def test_refuses_without_a_prefect_api(
@@ -54,6 +55,7 @@ def test_local_inputs_are_laid_out_as_the_deployments_expect(
                                  tmp_path / "reports" / pass_name, run_gx=False)  # fmt: skip
         assert report.ok, report.summary_lines()
     assert (tmp_path / "swap" / "input" / "units.csv").is_file()
+    assert layout_problems(tmp_path, PRODUCTS) == []  # what `das deploy` checks next
     before = (safetab / "input" / "person-records.txt").stat().st_mtime_ns
     deploy.prepare_local_inputs(tmp_path)  # kept when present
     assert (safetab / "input" / "person-records.txt").stat().st_mtime_ns == before

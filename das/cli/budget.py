@@ -14,6 +14,7 @@ import math
 import sys
 from collections.abc import Callable
 from fractions import Fraction
+from pathlib import Path
 from typing import Any
 
 from das.budget.report import budget_report, render_budget_report
@@ -166,13 +167,23 @@ def _emit(args: argparse.Namespace, result: dict[str, Any], text: str) -> int:
     return 0
 
 
+def report_outputs(
+    config: Path, specs: Path | None = None, delta: float = DEFAULT_DELTA
+) -> tuple[str, str]:
+    """What `das budget report` prints for ``config``, and what it prints with ``--json``: one
+    place for both, so that a saved report (`das demo`) is byte for byte the command's."""
+    report = budget_report(config, specs_dir=specs, delta=delta)
+    return render_budget_report(report), json.dumps(_json_safe(report), allow_nan=False)
+
+
 def _report(args: argparse.Namespace) -> int:
     try:
-        report = budget_report(args.config, specs_dir=args.specs, delta=args.delta)
+        text, json_line = report_outputs(args.config, args.specs, args.delta)
     except (ConfigError, FileNotFoundError, ValueError) as exc:
         print(f"error: {exc}", file=sys.stderr)
         return 2
-    return _emit(args, report, render_budget_report(report))
+    print(json_line if args.json else text)
+    return 0
 
 
 def _convert(args: argparse.Namespace) -> int:

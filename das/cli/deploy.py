@@ -13,15 +13,22 @@ engine never imports Prefect):
    absent), and small synthetic inputs are written in the root's layout when absent, with one
    approval in the ledger for the first release of each product (later ones pause for an
    approval in the UI, as in production);
-3. the process work pool the deployments name (``das-enclave``) is created when missing;
-4. ``prefect deploy --prefect-file deploy/prefect.yaml --all`` registers the deployments.
+3. the root (``--root``, the local profile's, or the server's ``das_root``) is checked against
+   the files the deployments read (:mod:`das.cli.deploy_layout`): every missing file, and
+   every input that is not a regular file, is named by path in one message (exit 2) and
+   nothing is registered. ``--products safetab-p,phsafe-us,phsafe-pr,swap`` registers only
+   those products' deployments (a release and its validate-only twin; ``swap-households``)
+   and checks only their files; ``privacy-audit`` reads no input and is always registered;
+4. the process work pool the deployments name (``das-enclave``) is created when missing;
+5. ``prefect deploy --prefect-file deploy/prefect.yaml`` registers the deployments (``--all``,
+   or ``--name`` for each deployment of the products chosen).
 
 Needs ``PREFECT_API_URL`` (the server the deployments go to) and, for a server with
 authentication, its auth string (``DAS_PREFECT_AUTH_FILE``, a file only its owner can read; or
 ``PREFECT_API_AUTH_STRING``): the server is asked first, and an unreachable server or refused
 credentials stop here; a server that answers anonymous calls gets a warning. Exit codes: 0
 registered, 1 a Prefect command failed, 2 usage error (no API URL, server unreachable or
-credentials refused, a missing variable, no checkout).
+credentials refused, a missing variable, no checkout, a root missing files).
 """
 
 from __future__ import annotations
@@ -32,12 +39,23 @@ import os
 import shutil
 import subprocess
 import sys
+import urllib.error
+import urllib.parse
+import urllib.request
 from collections.abc import Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING
 
 from das.cli.arguments import resolved_path
-from das.prefect_auth import server_accepts
+from das.cli.deploy_layout import (
+    PRODUCT_NAMES,
+    PRODUCTS,
+    Product,
+    deployment_names,
+    layout_problems,
+    select_products,
+)
+from das.prefect_auth import CLIENT_AUTH, basic_authorization, server_accepts
 
 if TYPE_CHECKING:
     from das.runs.ledger import LedgerStore
@@ -88,7 +106,23 @@ def register(subparsers: argparse._SubParsersAction) -> None:
         help="a PostgreSQL ledger every worker host reaches (sets das_ledger_url; its password "
         "from DAS_LEDGER_PASSWORD_FILE, a 0600 file, whose path sets das_ledger_password_file)",
     )
+    deploy.add_argument(
+        "--products",
+        type=products_option,
+        default=PRODUCTS,
+        metavar="NAME[,NAME...]",
+        help=f"register only these products' deployments ({','.join(PRODUCT_NAMES)}; "
+        "default: all); only their files are checked under the root",
+    )
     deploy.set_defaults(handler=deploy_command)
+
+
+def products_option(value: str) -> tuple[Product, ...]:
+    """``--products a,b``: the products named; an unknown name is a usage error."""
+    try:
+        return select_products(value.split(","))
+    except ValueError as exc:
+        raise argparse.ArgumentTypeError(str(exc)) from None
 
 
 def checkout_root() -> Path | None:
@@ -117,6 +151,49 @@ def prefect(*args: str, cwd: Path | None = None, quiet: bool = False) -> int:
 
 def variable_exists(name: str) -> bool:
     return prefect("variable", "get", name, quiet=True) == 0
+
+
+def server_variable(name: str, timeout: float = 15) -> str | None:
+    """The string value of Prefect variable ``name`` on the server, None when it is not set.
+
+    Read through the REST API, not ``prefect variable get``: that prints through Rich, which
+    wraps a long path at the terminal width and reads ``[...]`` in it as markup."""
+    api = os.environ["PREFECT_API_URL"].rstrip("/")
+    auth = os.environ.get(CLIENT_AUTH)
+    headers = {"Authorization": basic_authorization(auth)} if auth else {}
+    url = f"{api}/variables/name/{urllib.parse.quote(name, safe='')}"
+    try:
+        with urllib.request.urlopen(urllib.request.Request(url, headers=headers),
+                                    timeout=timeout) as response:  # fmt: skip
+            value = json.load(response).get("value")
+    except urllib.error.HTTPError as exc:
+        if exc.code == 404:
+            return None
+        raise
+    return value if isinstance(value, str) and value else None
+
+
+def layout_refusal(root: Path, problems: list[str], products: Sequence[Product]) -> str:
+    """The one message of a root that lacks files: every problem on its own line."""
+    chosen = ", ".join(product.name for product in products)
+    lines = [
+        f"das deploy: error: {root} does not hold what the deployments of {chosen} read "
+        f"({len(problems)} problem(s)); nothing was registered:",
+        *(f"  {problem}" for problem in problems),
+        f"The layout: {PREFECT_FILE} (its first comment) and README, Run it in production. To "
+        f"register only some products: --products {','.join(PRODUCT_NAMES)} (a subset).",
+    ]
+    return "\n".join(lines)
+
+
+def check_root(root: Path, products: Sequence[Product]) -> int | None:
+    """Before anything is registered: None when ``root`` holds every file the ``products``'
+    deployments read; else the refusal on stderr and exit 2."""
+    problems = layout_problems(root, products)
+    if not problems:
+        return None
+    print(layout_refusal(root, problems, products), file=sys.stderr)
+    return EXIT_USAGE
 
 
 def set_variable(name: str, value: str) -> int:
@@ -280,6 +357,24 @@ def deploy_command(args: argparse.Namespace) -> int:
         except (LocalInputsFailed, LedgerNotReady, RunRefused) as exc:
             print(f"das deploy: error: {exc}", file=sys.stderr)
             return EXIT_FAILED
+    layout_root = root if args.local else args.root
+    if layout_root is None:
+        try:
+            named = server_variable("das_root")
+        except (OSError, ValueError) as exc:
+            print(f"das deploy: error: could not read variable das_root: {exc}", file=sys.stderr)
+            return EXIT_FAILED
+        if named is None:
+            print(
+                "das deploy: error: Prefect variable das_root is not set: pass --root DIR "
+                "(once), or --local",
+                file=sys.stderr,
+            )
+            return EXIT_USAGE
+        layout_root = Path(named)
+    refused = check_root(layout_root.resolve(), args.products)
+    if refused is not None:
+        return refused
     values: dict[str, str | None] = {
         name: None if value is None else str(Path(value).resolve())
         for name, value in paths.items()
@@ -311,7 +406,8 @@ def deploy_command(args: argparse.Namespace) -> int:
         code = prefect("work-pool", "create", WORK_POOL, "--type", "process")
         if code != 0:
             return EXIT_FAILED
-    code = prefect("deploy", "--prefect-file", str(PREFECT_FILE), "--all", cwd=checkout)
+    code = prefect("deploy", "--prefect-file", str(PREFECT_FILE),
+                   *deploy_selection(args.products), cwd=checkout)  # fmt: skip
     if code != 0:
         return EXIT_FAILED
     print(
@@ -319,6 +415,18 @@ def deploy_command(args: argparse.Namespace) -> int:
         f"checkout with: .venv/bin/das prefect worker start --pool {WORK_POOL}"
     )
     return EXIT_OK
+
+
+def deploy_selection(products: Sequence[Product]) -> list[str]:
+    """``prefect deploy``'s selection: ``--all``, or a ``--name`` per deployment of the
+    products chosen (the others, registered earlier or not, are left as they are)."""
+    if tuple(products) == PRODUCTS:
+        return ["--all"]
+    names = deployment_names(products)
+    skipped = [name for p in PRODUCTS if p not in products for name in p.deployments]
+    print(f"das deploy: registering {', '.join(names)}; not these (--products): "
+          f"{', '.join(skipped)}", flush=True)  # fmt: skip
+    return [option for name in names for option in ("--name", name)]
 
 
 def main(argv: Sequence[str] | None = None) -> int:
