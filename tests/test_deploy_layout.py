@@ -150,7 +150,7 @@ def prefect_calls(monkeypatch: pytest.MonkeyPatch) -> list[tuple[str, ...]]:
     calls: list[tuple[str, ...]] = []
     monkeypatch.setenv("PREFECT_API_URL", "http://127.0.0.1:9/api")
     monkeypatch.delenv("DAS_PREFECT_AUTH_FILE", raising=False)
-    monkeypatch.setattr(deploy, "server_accepts", lambda prog: True)
+    monkeypatch.setattr(deploy, "server_accepts", lambda prog: 0)  # 0: the server may be used
 
     def prefect(*args: str, cwd: Path | None = None, quiet: bool = False) -> int:
         calls.append(args)
