@@ -224,6 +224,9 @@ def test_a_second_release_pauses_for_approval_and_the_ledger_records_every_decis
 
     ledger = stack.ledger()
     assert ledger.verify() == []
+    # On PostgreSQL (.ci/e2e-postgres) the deployments' ledger is the database's, not a file.
+    assert (ledger.store.path is None) == (stack.database == "postgresql")
+    assert not (stack.root / "ledger").exists() or stack.database == "sqlite"
     runs = {run.run_id: run for run in ledger.runs()}
     releases = [first_runs[SAFETAB], first_runs["phsafe/phsafe-us"], approved]
     assert all(runs[r].status == "completed" for r in releases)

@@ -1,9 +1,15 @@
-"""Product-neutral run infrastructure: the run folder, the persisted noise store, the audit.
+"""Product-neutral run infrastructure (no Prefect import).
 
-- :mod:`das.runs.folder`: where a run keeps its state (``<output>/.run/<run-id>/``).
-- :mod:`das.runs.noise_store`: every draw persisted with its ledger entry, so a rerun of a
+- :mod:`das.runs.start`: every check a release run passes before it reads a record.
+- :mod:`das.runs.seal`: the run's parameters frozen at its start.
+- :mod:`das.runs.ledger`: the privacy ledger, the system of record of runs, approvals, spends
+  and draws (hash-chained; SQLite or PostgreSQL).
+- :mod:`das.runs.folder`: where a run keeps its state (``OUT.das/runs/<run-id>/``).
+- :mod:`das.runs.noise_store`: every draw persisted and recorded in the ledger, so a rerun of a
   failed run reuses the noise instead of drawing (and spending) again.
+- :mod:`das.runs.release`: the output lock and lease, the staged release and its manifest.
 - :mod:`das.runs.audit`: the audit record (``audit.json``) of a run, succeeded or failed.
+- :mod:`das.runs.faults`: infrastructure faults explained in one line.
 """
 
 from das.runs.audit import AuditRecorder, code_version, package_versions
