@@ -43,7 +43,7 @@ from tasks.phsafe import (  # noqa: E402
     spill_records,
     write_outputs,
 )
-from tasks.refusal import refused  # noqa: E402
+from tasks.refusal import refused, released  # noqa: E402
 from tasks.run_context import (  # noqa: E402
     RunRequest,
     flow_run_id,
@@ -111,7 +111,8 @@ def phsafe_flow(
         data_dir=data_dir,
     )
     try:
-        return _release(request, run_inputs(config_path, data_dir), delta, credible_interval)
+        inputs = run_inputs(config_path, data_dir)
+        return released(_release(request, inputs, delta, credible_interval))
     except RunRefused as refusal:
         return refused(PRODUCT, refusal, request_context(request), request.run_id or flow_run_id())
 

@@ -34,7 +34,7 @@ from das.runs.start import RunInputs  # noqa: E402
 from das.safetab_p.parameters import parse_parameters, run_inputs  # noqa: E402
 from flows.runner import task_runner_from_env  # noqa: E402
 from tasks.common import input_path, record_draws, run_once, settled, validation_gate  # noqa: E402
-from tasks.refusal import refused  # noqa: E402
+from tasks.refusal import refused, released  # noqa: E402
 from tasks.run_context import (  # noqa: E402
     ReleaseRun,
     RunRequest,
@@ -123,7 +123,8 @@ def safetab_p_flow(
         data_dir=data_dir,
     )
     try:
-        return _release(request, run_inputs(config_path, data_dir, coterminous_path), delta)
+        inputs = run_inputs(config_path, data_dir, coterminous_path)
+        return released(_release(request, inputs, delta))
     except RunRefused as refusal:
         return refused(PRODUCT, refusal, request_context(request), request.run_id or flow_run_id())
 

@@ -1,4 +1,5 @@
-"""A refused run is a state of its own: told apart from a failure at a glance, with no traceback.
+"""The final state of a release run: a refusal is a state of its own, told apart from a failure
+at a glance and with no traceback; a release says where it is.
 
 A refusal (:class:`das.runs.policy.RunRefused`: the production policy, the privacy ledger, an
 approval missing, a run id bound elsewhere, a live run or a release in the output...) means
@@ -18,12 +19,13 @@ from das.offline import configure_offline
 configure_offline()
 
 import logging  # noqa: E402
+from typing import Any  # noqa: E402
 
 from prefect import get_run_logger  # noqa: E402
 from prefect.artifacts import create_markdown_artifact  # noqa: E402
 from prefect.client.schemas.objects import State  # noqa: E402
 from prefect.exceptions import CancelledRun  # noqa: E402
-from prefect.states import Cancelled  # noqa: E402
+from prefect.states import Cancelled, Completed  # noqa: E402
 
 from das.runs.audit import md_escape  # noqa: E402
 from das.runs.ledger import LedgerUnavailable, open_ledger  # noqa: E402
@@ -71,6 +73,18 @@ def refusal_markdown(product: str, refusal: RunRefused, context: str, run_id: st
         "",
     ]
     return "\n".join(lines)
+
+
+def released(record: dict[str, Any]) -> State:
+    """The flow run's final state for a published release: Completed, its message saying
+    where the release is and whether it is private (the run page shows it beside the state)."""
+    release = record.get("release") or {}
+    markers = record.get("markers") or []
+    verdict = "a private release" if not markers else f"NOT PRIVATE ({', '.join(markers)})"
+    where = (record.get("parameters") or {}).get("output")
+    return Completed(
+        message=f"{release.get('state', 'published')}: {verdict} in {where}", data=record
+    )
 
 
 def refused(product: str, refusal: RunRefused, context: str, run_id: str | None) -> State:

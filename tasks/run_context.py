@@ -554,7 +554,7 @@ def release_run(request: RunRequest, inputs: RunInputs, parse: Parse) -> Iterato
                 if audit.record["draws"] is None:
                     with contextlib.suppress(Exception):
                         audit.update(draws=_recorded_draws(ledger, run_id, state.attempt))
-                record = audit.write("failed", exc)
+                record = audit.write("refused" if isinstance(exc, RunRefused) else "failed", exc)
                 logger.error("%srun %s failed: %s", run.banner, run_id,
                              fault.line if fault else type(exc).__name__)  # fmt: skip
                 with contextlib.suppress(Exception):
