@@ -454,3 +454,12 @@ def test_a_postgresql_ledger_takes_its_password_from_a_0600_file(
         db.exec_driver_sql("DROP TABLE IF EXISTS das_ledger_entries, das_ledger_key")
     opened = open_ledger()
     assert opened.created and url.password not in opened.info.location
+
+
+def test_a_ledger_password_on_the_command_line_is_refused(tmp_path: Path, capsys) -> None:
+    from das.cli import main
+
+    url = "postgresql+psycopg://das:s3cret@127.0.0.1:5432/das"
+    assert main(["ledger", "init", "--url", url]) == 2
+    err = capsys.readouterr().err
+    assert "holds a password" in err and "DAS_LEDGER_PASSWORD_FILE" in err and "s3cret" not in err

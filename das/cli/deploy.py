@@ -293,6 +293,10 @@ def ledger_values(args: argparse.Namespace, root: Path | None) -> tuple[LedgerSt
 
     secret = os.environ.get(LEDGER_PASSWORD_FILE_ENV, "")
     url = args.ledger_url or (os.environ.get("DAS_LEDGER_URL") if args.local else None)
+    if args.ledger_url:
+        from das.runs.ledger.location import url_without_password
+
+        url_without_password(args.ledger_url, "--ledger-url")
     if url:
         store = configured_store({"DAS_LEDGER_URL": url, LEDGER_PASSWORD_FILE_ENV: secret})
         assert store is not None

@@ -96,11 +96,12 @@ def _store(args: argparse.Namespace) -> Any:
         return LedgerStore.in_directory(args.ledger)
     if getattr(args, "url", None):
         from das.runs.ledger import configured_store
-        from das.runs.ledger.location import LEDGER_PASSWORD_FILE_ENV
+        from das.runs.ledger.location import LEDGER_PASSWORD_FILE_ENV, url_without_password
 
         # The password, if any, from DAS_LEDGER_PASSWORD_FILE: never on the command line.
+        url = url_without_password(args.url, "--url")
         secret = os.environ.get(LEDGER_PASSWORD_FILE_ENV, "")
-        return configured_store({"DAS_LEDGER_URL": args.url, LEDGER_PASSWORD_FILE_ENV: secret})
+        return configured_store({"DAS_LEDGER_URL": url, LEDGER_PASSWORD_FILE_ENV: secret})
     output = getattr(args, "output", None)
     if output is not None:
         return _store_of_release(output)

@@ -27,6 +27,23 @@ from das.runs.policy import LEDGER_ENV, LEDGER_ID_ENV, LEDGER_URL_ENV, productio
 from das.secret_files import SecretError, read_secret_file
 
 
+def url_without_password(url: str, where: str) -> str:
+    """Refuse a ledger URL that carries its password (``where``: a command-line option, which
+    any process list shows): the password belongs in the 0600 file of
+    ``DAS_LEDGER_PASSWORD_FILE``."""
+    try:
+        parsed = make_url(url)
+    except Exception:
+        raise LedgerRefused(f"{where}: not a database URL") from None
+    if parsed.password:
+        raise LedgerRefused(
+            f"{where} holds a password: a command line is visible to every process list. "
+            f"Give the URL without it and the password in a 0600 file named by "
+            f"{LEDGER_PASSWORD_FILE_ENV}"
+        )
+    return url
+
+
 def default_ledger_dir(environ: Mapping[str, str] | None = None) -> Path:
     """The per-user ledger folder used outside production when none is configured."""
     environ = os.environ if environ is None else environ
