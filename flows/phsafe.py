@@ -158,7 +158,7 @@ def _release(
         pass_name = plan.config.pass_name
         accountant = pass_accountant(plan, results)
         audit.update(
-            ledger={pass_name: accountant.to_dict()},
+            ledger={pass_name: run.ledger.public_accountant(accountant.to_dict())},
             totals={pass_name: summarize(accountant, delta).to_dict()},
         )
         with run.stage("postprocess"):

@@ -174,7 +174,10 @@ def _release(request: RunRequest, inputs: RunInputs, delta: float) -> dict[str, 
             name: pass_accountant(job, name, levels) for name, levels in results.items()
         }
         audit.update(
-            ledger={name: acc.to_dict() for name, acc in accountants.items()},
+            ledger={
+                name: run.ledger.public_accountant(acc.to_dict())
+                for name, acc in accountants.items()
+            },
             totals={name: summarize(acc, delta).to_dict() for name, acc in accountants.items()},
         )
         with run.stage("cells", len(states), skipped=steps.done("combine-cells") is not None):

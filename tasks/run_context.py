@@ -550,7 +550,12 @@ def release_run(request: RunRequest, inputs: RunInputs, parse: Parse) -> Iterato
                         ledger.release_reservation(run_id, type(exc).__name__)
                     ledger.record_failure(run_id, state.attempt, type(exc).__name__)
                 if audit.record["ledger"] is None:
-                    audit.update(ledger={"partitions": stored_ledgers(folder)})
+                    with contextlib.suppress(Exception):  # ids need the ledger's key
+                        partitions = stored_ledgers(folder)
+                        audit.update(ledger={"partitions": {
+                            name: ledger.public_accountant(item)
+                            for name, item in partitions.items()
+                        }})  # fmt: skip
                 if audit.record["draws"] is None:
                     with contextlib.suppress(Exception):
                         audit.update(draws=_recorded_draws(ledger, run_id, state.attempt))

@@ -20,6 +20,7 @@ from das.runs.ledger import (
     LedgerRefused,
     LedgerStore,
     PrivacyLedger,
+    ReleaseDiffers,
     RunOpening,
     decimal_text,
     open_ledger,
@@ -334,6 +335,24 @@ def test_draws_are_charged_then_recorded_once_by_the_current_attempt_only(
     with pytest.raises(DrawRefused, match="superseded by attempt 2"):
         ledger.charge_draw("a", 1, "US/USA/1/stage-2")
     assert ledger.draws("a")["US/USA/1/stage-1"].file == "x.npy"
+
+
+def test_a_run_seals_one_release_a_resume_may_publish_only_that_again(
+    ledger: PrivacyLedger,
+) -> None:
+    """The same noise on other counts releases their difference: once a run sealed its
+    release, other content is refused, the same content gets the same entry back."""
+    data = ledger.dataset_id("f" * 64)
+    ledger.open_run(opening("a"))
+    ledger.authorize("a", data, production=False)
+    ledger.start_drawing("a", 1)
+    first = ledger.seal_release("a", "1" * 64)
+    assert ledger.seal_release("a", "1" * 64) == first
+    with pytest.raises(ReleaseDiffers, match="already sealed its release"):
+        ledger.seal_release("a", "2" * 64)
+    ledger.complete("a", "m" * 64, "/releases/a")
+    with pytest.raises(ReleaseDiffers):  # nor after it completed
+        ledger.seal_release("a", "2" * 64)
 
 
 # --- tamper evidence --------------------------------------------------------------------------

@@ -178,10 +178,14 @@ def _table_files(staging: Path) -> dict[str, dict[str, Any]]:
 
 
 def content_digest(files: Mapping[str, Mapping[str, Any]]) -> str:
-    """SHA-256 over the sorted ``name:sha256`` lines of a release's files (the MANIFEST
-    excluded): what the privacy ledger records as the release before it is published."""
+    """SHA-256 over the sorted ``name:sha256`` lines of a release's released files (the tables
+    and markers; not the MANIFEST, nor the audit, whose timings differ between attempts): what
+    the privacy ledger records as the release before it is published, and what a resume must
+    build again."""
     lines = "".join(
-        f"{name}:{info['sha256']}\n" for name, info in sorted(files.items()) if name != MANIFEST
+        f"{name}:{info['sha256']}\n"
+        for name, info in sorted(files.items())
+        if name not in (MANIFEST, AUDIT_FILE)
     )
     return hashlib.sha256(lines.encode()).hexdigest()
 

@@ -53,6 +53,7 @@ LEDGER_FORMAT = "das-ledger/1"
 INFINITY = float("inf")
 COUNTING = ("authorized", "drawing", "completed")  # statuses that count as spent
 DATASET_TAG = "das-dataset/1"
+NOISE_TAG = "das-noise/1"
 
 
 class LedgerRefused(RunRefused):
@@ -78,6 +79,10 @@ class ApprovalRequired(LedgerRefused):
 
 class CeilingExceeded(LedgerRefused):
     """The cumulative spend would pass the ledger's ceiling: no approval can allow it."""
+
+
+class ReleaseDiffers(RuntimeError):
+    """A run tried to publish content other than the release it sealed (never allowed)."""
 
 
 class DrawRefused(RuntimeError):
@@ -247,6 +252,7 @@ class RunState:
     draws: dict[str, dict[str, Any]] = field(default_factory=dict)  # name -> {digest, size, file}
     sealed_release: dict[str, Any] | None = None
     completed: dict[str, Any] | None = None
+    manifests: list[str] = field(default_factory=list)  # every MANIFEST it published
     opened: str = ""
 
     @property
@@ -314,11 +320,12 @@ def fold_run(entries: Iterable[Entry]) -> RunState | None:
         elif entry.kind == "run-released":
             state.status = "released"
             state.approval = None
-        elif entry.kind == "release-sealed":
+        elif entry.kind == "release-sealed" and state.sealed_release is None:
             state.sealed_release = {"seq": entry.seq, "hash": entry.hash, **data}
         elif entry.kind == "run-completed":
             state.status = "completed"
             state.completed = data
+            state.manifests.append(str(data["manifest_sha256"]))
     return state
 
 
@@ -504,8 +511,27 @@ class PrivacyLedger:
         """The ledger's name for a dataset: HMAC-SHA256 of its canonical fingerprint under the
         ledger's secret key. Ids mean nothing outside this ledger: shown in artifacts and
         audits, they let no one test a guess about the records."""
-        message = f"{DATASET_TAG}\n{fingerprint}".encode()
-        return hmac.new(self._secret(), message, hashlib.sha256).hexdigest()
+        return self._keyed(DATASET_TAG, fingerprint)
+
+    def noise_id(self, digest: str) -> str:
+        """What a release's audit shows for a noise vector: a keyed hash of its SHA-256. The
+        digest itself must stay in the enclave — a short vector's digest can be inverted by
+        trying every small value, and noise + a released count is the true count."""
+        return self._keyed(NOISE_TAG, digest)
+
+    def _keyed(self, tag: str, value: str) -> str:
+        return hmac.new(self._secret(), f"{tag}\n{value}".encode(), hashlib.sha256).hexdigest()
+
+    def public_accountant(self, ledger: Mapping[str, Any]) -> dict[str, Any]:
+        """A partition or pass ledger (``PrivacyAccountant.to_dict``) fit for a release's
+        audit: every ``noise_digest`` replaced by its :meth:`noise_id`."""
+        measurements = [
+            {k: v for k, v in item.items() if k != "noise_digest"}
+            | {"noise_id": None if item.get("noise_digest") is None
+               else self.noise_id(item["noise_digest"])}
+            for item in ledger.get("measurements", [])
+        ]  # fmt: skip
+        return {**ledger, "measurements": measurements}
 
     # -- runs -----------------------------------------------------------------------------------
 
@@ -808,12 +834,28 @@ class PrivacyLedger:
 
     def seal_release(self, run_id: str, content_sha256: str) -> dict[str, Any]:
         """Record the release's content before it is published; the entry is the head the
-        release carries (its MANIFEST names it), so a later rewrite of the ledger shows."""
+        release carries (its MANIFEST names it), so a later rewrite of the ledger shows.
+
+        A run has one release: once its content is sealed, a resume (after a kill, or after
+        the release folder was moved away) may publish only that very content again — the
+        same entry is returned. Other content (its work files edited since) is refused: the
+        same noise on other counts would release the exact difference."""
         with self.store.transaction(write=True) as db:
             info = self._info(db)
             state = fold_run(db.entries(run_id=run_id))
             if state is None or state.status not in ("drawing", "completed"):
                 raise LedgerRefused(f"run {run_id} has nothing to release (not drawing)")
+            sealed = state.sealed_release
+            if sealed is not None:
+                if sealed["content_sha256"] != content_sha256:
+                    raise ReleaseDiffers(
+                        f"run {run_id} already sealed its release (ledger entry "
+                        f"{sealed['seq']}) and now built other content: its work files or "
+                        "step records changed since. A run publishes one release — the same "
+                        "noise on other counts would release their exact difference. Nothing "
+                        "was published; the ledger keeps the run's spend"
+                    )
+                return {"id": info.ledger_id, "seq": sealed["seq"], "hash": sealed["hash"]}
             entry = db.append(
                 "release-sealed", {"content_sha256": content_sha256}, run_id=run_id
             )

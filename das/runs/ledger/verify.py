@@ -5,7 +5,8 @@ just before it was published. Verifying a release checks that this ledger still 
 as written (a ledger emptied, truncated, swapped or rewritten since no longer does), that the
 files are the ones recorded (content digest), that the run completed with this very MANIFEST,
 and that the release's audit agrees with the ledger: the dataset, the per-pass spend, the
-markers, and every noise digest (the ledger's draw records are the only ones that count).
+markers, and every noise vector (the audit shows each by a keyed id of its digest; the ledger's
+draw records are the only ones that count).
 """
 
 from __future__ import annotations
@@ -19,12 +20,12 @@ from das.runs.ledger.book import LedgerInfo, PrivacyLedger
 from das.runs.release import AUDIT_FILE, MANIFEST, content_digest, read_manifest
 
 
-def _audit_digests(audit: dict[str, Any]) -> dict[str, str | None]:
-    digests: dict[str, str | None] = {}
+def _audit_noise_ids(audit: dict[str, Any]) -> dict[str, str | None]:
+    ids: dict[str, str | None] = {}
     for ledger in (audit.get("ledger") or {}).values():
         for item in (ledger or {}).get("measurements", []):
-            digests[str(item["name"])] = item.get("noise_digest")
-    return digests
+            ids[str(item["name"])] = item.get("noise_id")
+    return ids
 
 
 def release_problems(ledger: PrivacyLedger, info: LedgerInfo, release: Path) -> list[str]:
@@ -65,7 +66,7 @@ def release_problems(ledger: PrivacyLedger, info: LedgerInfo, release: Path) -> 
         return [*problems, f"run {run_id} is not in the ledger"]
     if state.status != "completed" or state.completed is None:
         problems.append(f"run {run_id} is not recorded as completed (status {state.status})")
-    elif state.completed.get("manifest_sha256") != file_sha256(release / MANIFEST):
+    elif file_sha256(release / MANIFEST) not in state.manifests:
         problems.append("the MANIFEST differs from the one the ledger recorded at publication")
     audit_path = release / AUDIT_FILE
     try:
@@ -81,8 +82,8 @@ def release_problems(ledger: PrivacyLedger, info: LedgerInfo, release: Path) -> 
         problems.append("the audit's privacy markers differ from the ledger's")
     if list(manifest.get("markers") or []) != list(state.markers):
         problems.append("the MANIFEST's privacy markers differ from the ledger's")
-    audited = _audit_digests(audit)
-    held = {name: draw["digest"] for name, draw in state.draws.items()}
+    audited = _audit_noise_ids(audit)
+    held = {name: ledger.noise_id(draw["digest"]) for name, draw in state.draws.items()}
     if audited != held:
         missing = sorted(set(held) - set(audited))
         extra = sorted(set(audited) - set(held))
@@ -90,7 +91,7 @@ def release_problems(ledger: PrivacyLedger, info: LedgerInfo, release: Path) -> 
         for label, names in (
             ("drawn in the ledger, absent from the audit", missing),
             ("in the audit, never recorded as drawn", extra),
-            ("noise digest differs from the ledger's record", changed),
+            ("noise differs from the ledger's record", changed),
         ):
             if names:
                 problems.append(f"{label}: {', '.join(names[:3])}" + (" ..." if len(names) > 3
