@@ -25,10 +25,13 @@ from prefect import get_run_logger, task  # noqa: E402
 from prefect.artifacts import create_markdown_artifact, create_table_artifact  # noqa: E402
 from prefect.cache_policies import NO_CACHE  # noqa: E402
 
+from das.io.tables import InputFormatError  # noqa: E402
 from das.privacy.accounting import Measurement, PrivacyAccountant, compose, summarize  # noqa: E402
 from das.privacy.report import measurement_row  # noqa: E402
 from das.runs.audit import AuditRecorder, audit_markdown, md_escape  # noqa: E402
+from das.runs.curator_log import curator_log  # noqa: E402
 from das.runs.folder import RunFolder  # noqa: E402
+from das.runs.policy import RunRefused  # noqa: E402
 from das.runs.steps import RunSteps  # noqa: E402
 from das.validation.report import ValidationFailed  # noqa: E402
 
@@ -294,6 +297,35 @@ def input_path(inputs: RunInputs, name: str) -> Path:
             f"no {name} input in {inputs.data_dir} (.txt/.csv or .parquet); nothing was drawn"
         )
     return Path(path)
+
+
+class InputUnreadable(RunRefused):
+    """A record file the run could not read past validation (changed since, or never validated
+    under ``--skip-validation``). Nothing was drawn: reading precedes every draw."""
+
+
+@contextlib.contextmanager
+def read_records_locally(folder: RunFolder, what: str) -> Iterator[None]:
+    """Run a task's read of the record files so that a format error's details (row numbers,
+    row counts) reach the curator's local log only: the task's state message, which the Prefect
+    server keeps, says what failed and where the details are."""
+    try:
+        yield
+    except InputFormatError as exc:
+        if exc.shareable:
+            raise InputUnreadable(f"{exc}.") from None
+        curator_log(folder, "%s could not be read: %s", what, exc)
+        raise InputUnreadable(
+            f"{what} could not be read ({type(exc).__name__}): the file changed since it was "
+            "validated, or was never validated (--skip-validation). The details are in the "
+            f"run's local log {folder.log_path}; nothing was drawn."
+        ) from None
+
+
+def unless_refused(task: Any, task_run: Any, state: Any) -> bool:
+    """A task's ``retry_condition_fn``: retry faults, not refusals (a file that cannot be
+    read fails the same way again)."""
+    return not isinstance(state.data, RunRefused)
 
 
 def run_once(steps: RunSteps, name: str, call: Callable[[], Any]) -> Any:

@@ -50,7 +50,11 @@ from das.runs.noise_store import (  # noqa: E402
 )
 from das.runs.release import RunLease  # noqa: E402
 from das.specs.config import PHSafeConfig  # noqa: E402
-from tasks.common import combine_ledgers  # noqa: E402
+from tasks.common import (  # noqa: E402
+    combine_ledgers,
+    read_records_locally,
+    unless_refused,
+)
 
 
 @dataclass(frozen=True)
@@ -70,7 +74,7 @@ def table_partition(pass_name: str, table: str) -> str:
 
 
 @task(name="spill-records", retries=2, retry_delay_seconds=2, cache_policy=NO_CACHE,
-      persist_result=False)  # fmt: skip
+      persist_result=False, retry_condition_fn=unless_refused)  # fmt: skip
 def spill_records(
     config: PHSafeConfig, paths: dict[str, str], work: str, folder: RunFolder
 ) -> dict[str, Any]:
@@ -81,9 +85,10 @@ def spill_records(
     File row counts go to the curator's local log only (never the Prefect server); the
     in-universe counts (occupied units, persons in them) are true counts of released tables
     and are logged nowhere."""
-    spilled = spill_phsafe(
-        config, {name: Path(path) for name, path in paths.items()}, PHSafeWork(Path(work))
-    )
+    with read_records_locally(folder, "the record files"):
+        spilled = spill_phsafe(
+            config, {name: Path(path) for name, path in paths.items()}, PHSafeWork(Path(work))
+        )
     curator_log(
         folder, "pass %s: read %d persons, %d units, %d geo rows",
         config.pass_name, spilled.rows_read["persons"], spilled.rows_read["units"],

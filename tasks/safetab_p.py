@@ -55,7 +55,11 @@ from das.safetab_p.streamed import (  # noqa: E402
 )
 from das.specs.config import SafeTabPConfig  # noqa: E402
 from das.specs.race_specs import RaceEthnicitySpecs  # noqa: E402
-from tasks.common import combine_ledgers  # noqa: E402
+from tasks.common import (  # noqa: E402
+    combine_ledgers,
+    read_records_locally,
+    unless_refused,
+)
 
 TABLES = ("t1", "t2")
 
@@ -121,13 +125,14 @@ def prepare_geography_task(job: SafeTabPJob) -> str:
 
 
 @task(name="spill-persons", retries=2, retry_delay_seconds=2, cache_policy=NO_CACHE,
-      persist_result=False)  # fmt: skip
+      persist_result=False, retry_condition_fn=unless_refused)  # fmt: skip
 def spill_persons_task(job: SafeTabPJob, folder: RunFolder) -> dict[str, Any]:
     """The person file, read once in chunks, spilled to one compact file per state: the
     states of the enabled passes (public: from the GRF-C) and the person file's canonical
     fingerprint, computed on that same read (never sent to Prefect: a task result stays in
     the flow's process)."""
-    summary = spill_persons(job.config, job.specs, Path(job.person_file), job.folder)
+    with read_records_locally(folder, "the person file"):
+        summary = spill_persons(job.config, job.specs, Path(job.person_file), job.folder)
     curator_log(folder, "read %d person records in %d chunks", summary.rows_read, summary.chunks)
     states = tabulated_states(job.folder)
     get_run_logger().info("person file spilled by state (%d states tabulated)", len(states))

@@ -780,3 +780,72 @@ def test_an_output_template_gives_each_run_its_own_release_folder(
     assert names == ["r1", "r1.das"]
     assert _run(config, data, tmp_path / "releases" / "{runid}", *extra) == 2
     assert "the only placeholder allowed is {run_id}" in capfd.readouterr().err
+
+
+# --- the engine holds its own assumptions; format errors stay with the curator ---------------
+
+
+def _flow_run_text(flow_run_id: str) -> str:
+    """Everything the Prefect server holds of a flow run: its logs, artifacts, and the state
+    messages of the run and its tasks."""
+    from prefect.client.schemas.filters import TaskRunFilter, TaskRunFilterFlowRunId
+
+    with get_client(sync_client=True) as client:
+        logs = client.read_logs(
+            log_filter=LogFilter(flow_run_id=LogFilterFlowRunId(any_=[flow_run_id]))
+        )
+        found = client.read_artifacts(
+            artifact_filter=ArtifactFilter(flow_run_id=ArtifactFilterFlowRunId(any_=[flow_run_id]))
+        )
+        tasks = client.read_task_runs(
+            task_run_filter=TaskRunFilter(flow_run_id=TaskRunFilterFlowRunId(any_=[flow_run_id]))
+        )
+        flow_run = client.read_flow_run(flow_run_id)
+    states = [flow_run.state] + [task.state for task in tasks]
+    return "\n".join(
+        [log.message for log in logs]
+        + [str(a.data) for a in found]
+        + [state.message or "" for state in states if state is not None]
+    )
+
+
+def test_records_with_more_race_codes_than_the_config_allows_are_never_measured(
+    tmp_path: Path, count_samples: list[str], capfd
+) -> None:
+    """Δ assumes at most max_race_codes codes per person; validation checks it, but a run
+    with --skip-validation (or a config sealed after validation) still must not measure such
+    records with noise that does not cover them: the engine refuses them itself."""
+    config, data = _params(tmp_path), _data(tmp_path)
+    settings = json.loads(config.read_text())
+    config.write_text(json.dumps({**settings, "max_race_codes": 1}))  # the toy has 3-code people
+    out = tmp_path / "out"
+    assert _run(config, data, out, "--skip-validation", "--run-id", "bound") == 2
+    err = capfd.readouterr().err
+    assert "more than max_race_codes = 1 race codes" in err and "Traceback" not in err
+    assert count_samples == [] and not out.exists()
+    assert _ledger().run("bound").status == "released"  # nothing spent
+
+
+def test_a_format_error_past_validation_reaches_the_curator_log_only(
+    tmp_path: Path, count_samples: list[str], capfd
+) -> None:
+    """A record file that fails to parse after validation was skipped: the row numbers and
+    counts of the reader's message describe the confidential file, so the Prefect server gets
+    what failed and where the details are; the curator's local log gets the details."""
+    config, data = _params(tmp_path), _data(tmp_path)
+    people = data / "person-records.txt"
+    lines = people.read_text().splitlines(keepends=True)
+    lines[7] = lines[7].replace("|1|", "|x|", 1)  # a QSEX no reader accepts
+    people.write_text("".join(lines))
+    out = tmp_path / "out"
+    assert _run(config, data, out, "--skip-validation", "--run-id", "unreadable") == 2
+    err = capfd.readouterr().err
+    assert "the person file could not be read (InputFormatError)" in err
+    assert count_samples == [] and not out.exists()
+    folder = RunFolder(out, "unreadable")
+    local = folder.log_path.read_text()
+    assert "the person file could not be read: " in local and "row" in local
+    audit = json.loads(folder.audit_path.read_text())
+    seen = _flow_run_text(audit["parameters"]["flow_run_id"])
+    assert "could not be read (InputFormatError)" in seen
+    assert not re.search(r"\brows?\b \d", seen), seen  # no row number, no row count

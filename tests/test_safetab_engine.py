@@ -281,6 +281,29 @@ def test_records_outside_the_grfc_are_dropped_and_empty_input_runs() -> None:
     assert empty.accountants["US"].spent == base.accountants["US"].spent
 
 
+def test_the_engines_refuse_a_person_with_more_race_codes_than_delta_assumes(
+    tmp_path: Path,
+) -> None:
+    """Δ = h_r·max(2, max_race_codes) + h_e covers a person with at most max_race_codes codes;
+    both engines check every record read, whatever validation did, before any draw."""
+    from das.safetab_p.spill import WorkFolder, prepare_geography, spill_persons
+    from das.safetab_p.stability import RaceCodeBoundError
+
+    specs_dir = TOY / "input_dir_zcdp"
+    specs, persons, grfc = _inputs(specs_dir)
+    codes = (persons[[f"QRACE{k}" for k in range(1, 9)]] > 0).sum(axis=1)
+    bound = int(codes.max()) - 1
+    config = _config(specs_dir, max_race_codes=bound)
+    with pytest.raises(RaceCodeBoundError, match=f"more than max_race_codes = {bound} "):
+        run_safetab_p(config, specs, persons, grfc, seeded_rng(4))
+    work = WorkFolder(tmp_path / "work")
+    prepare_geography(config, grfc, work)
+    with pytest.raises(RaceCodeBoundError):
+        spill_persons(config, specs, TOY / "person-records.txt", work)
+    within = _config(specs_dir, max_race_codes=bound + 1)
+    spill_persons(within, specs, TOY / "person-records.txt", work)  # at the bound: measured
+
+
 def test_zero_suppression_chance_zero_publishes_every_row(tmp_path: Path) -> None:
     # The Census accepts 0 <= p < 1, and p = 0 means no suppression: a config file with 0
     # loads, and the release holds every group of the key set, true zeros included.

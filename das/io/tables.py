@@ -44,7 +44,14 @@ _NULL_TOKEN = "Null"
 
 
 class InputFormatError(ValueError):
-    """An input file cannot be read or converted; the message says where, never which values."""
+    """An input file cannot be read or converted; the message says where, never which values.
+
+    "Where" (row numbers, how many rows) still describes the confidential file, so a run shows
+    the message to the curator only, unless :attr:`shareable` (the message names no row, count
+    or value: it may reach the Prefect server).
+    """
+
+    shareable = False
 
 
 class Kind(Enum):

@@ -15,6 +15,7 @@ import numpy as np
 import pandas as pd
 
 from das.io.atomic import atomic_output_dir
+from das.io.safetab_p import RACE_COLUMNS
 from das.io.writers import write_pipe_table
 from das.privacy.accounting import Measurement, PrivacyAccountant, compose
 from das.safetab_p.coterminous import (
@@ -28,7 +29,7 @@ from das.safetab_p.keys import GeographyEntities, geography_entities, pass_block
 from das.safetab_p.measure import aggregate_persons, measure_level
 from das.safetab_p.plan import plan_safetab_p
 from das.safetab_p.postprocess import T1_COLUMNS, T2_COLUMNS, tabulate_level
-from das.safetab_p.stability import detailed_only_levels, stability
+from das.safetab_p.stability import detailed_only_levels, require_race_code_bound, stability
 from das.specs.config import SafeTabGeography, SafeTabPConfig
 from das.specs.race_specs import RaceEthnicitySpecs
 
@@ -82,6 +83,7 @@ def run_safetab_p(
     ``coterminous-geographies.txt`` spec) gives the coterminous sets instead of deriving them
     from the GRF-C; its sets are restricted to the levels tabulated in each pass.
     """
+    require_race_code_bound(persons[list(RACE_COLUMNS)].to_numpy(), config.max_race_codes)
     file_sets = None if coterminous_file is None else read_coterminous_file(coterminous_file)
     plan = plan_safetab_p(
         config, stability(specs, config.max_race_codes), detailed_only_levels(specs)

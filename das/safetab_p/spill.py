@@ -57,6 +57,7 @@ from das.safetab_p.coterminous import coterminous_sets
 from das.safetab_p.iterations import code_positions
 from das.safetab_p.keys import geography_entities, pass_blocks
 from das.safetab_p.measure import AGE_EDGES, N_AGE23
+from das.safetab_p.stability import require_race_code_bound
 from das.specs.config import SafeTabGeography, SafeTabPConfig
 from das.specs.race_specs import RaceEthnicitySpecs
 
@@ -353,6 +354,8 @@ def spill_persons(
         chunks += 1
         rows_read += len(chunk)
         fingerprint.update_frame(chunk)
+        race = np.column_stack([chunk[name].to_numpy() for name in RACE_COLUMNS])
+        require_race_code_bound(race, config.max_race_codes)
         person_keys = block_key(chunk)
         if sorted_keys.size == 0:
             continue
@@ -362,7 +365,7 @@ def spill_persons(
             continue
         chunk = chunk.loc[known]
         position = position[known]
-        race = np.column_stack([chunk[name].to_numpy() for name in RACE_COLUMNS])
+        race = race[known]
         lo, hi = codec.pack(race, chunk["QSPAN"].to_numpy())
         columns = {
             "geounit": block_geounit[position],

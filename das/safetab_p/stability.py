@@ -16,6 +16,7 @@ from math import isqrt
 
 import numpy as np
 
+from das.io.tables import InputFormatError
 from das.specs.race_specs import TRUE, RaceEthnicitySpecs
 
 TABULATED_ITERATION_LEVELS = (1, 2)
@@ -51,6 +52,26 @@ def stability(specs: RaceEthnicitySpecs, max_race_codes: int) -> int:
             h_ethnicity, _most_iterations_per_code([level[ethnicity]], code[ethnicity])
         )
     return h_race * max(2, max_race_codes) + h_ethnicity
+
+
+class RaceCodeBoundError(InputFormatError):
+    """A record with more race codes than ``max_race_codes``: Δ would understate what one
+    person changes, so the noise would not cover them. Checked by the engine itself on every
+    record it reads, not only by validation, which a sealed config or ``--skip-validation``
+    could bypass."""
+
+    shareable = True  # the message names the config's bound only
+
+
+def require_race_code_bound(race_codes: np.ndarray, max_race_codes: int) -> None:
+    """Stop (before any noise is drawn) if a row of ``race_codes`` (n, 8; 0 = Null) holds
+    more than ``max_race_codes`` codes. The message names no record and no count."""
+    if race_codes.size and int((race_codes > 0).sum(axis=1).max()) > max_race_codes:
+        raise RaceCodeBoundError(
+            f"the person file has records with more than max_race_codes = {max_race_codes} "
+            "race codes: the noise scale (stability Δ) assumes at most that many. Raise "
+            "max_race_codes in the config or correct the records; nothing was drawn"
+        )
 
 
 def detailed_only_levels(specs: RaceEthnicitySpecs) -> set[int]:
