@@ -78,6 +78,7 @@ from tasks.common import (  # noqa: E402
     run_log_file,
     stored_ledgers,
 )
+from tasks.ledger_witness import post_head, require_witnessed  # noqa: E402
 from tasks.progress import RunProgress  # noqa: E402
 
 __all__ = [
@@ -314,6 +315,7 @@ class ReleaseRun:
             )
             passes = self._authorize(dataset, files, accepted, remedy)
         self.passes = passes
+        post_head(self.ledger.info(), f"after run {self.run_id} authorized its spend")
         self.audit.update(
             privacy_ledger={
                 **self.audit.record["privacy_ledger"],
@@ -477,6 +479,9 @@ def release_run(request: RunRequest, inputs: RunInputs, parse: Parse) -> Iterato
             "created a new privacy ledger at %s (it knows no earlier spend; outside production "
             "every run of this user records its spend there)", info.location,
         )  # fmt: skip
+    notices = require_witnessed(ledger, info, check.production)
+    for notice in notices:
+        logger.warning("%s", notice)
     created_work = not folder.work_dir.exists()
     lock = OutputLock(folder.lock_path).acquire()
     try:
@@ -523,6 +528,7 @@ def release_run(request: RunRequest, inputs: RunInputs, parse: Parse) -> Iterato
                 "ledger": info.location,
                 "ledger_id": info.ledger_id,
                 "created_now": opened.created,
+                "notices": notices,
                 "dataset": state.dataset,
                 "passes": [item.to_dict() for item in state.passes],
             },
@@ -564,11 +570,14 @@ def release_run(request: RunRequest, inputs: RunInputs, parse: Parse) -> Iterato
                              fault.line if fault else type(exc).__name__)  # fmt: skip
                 with contextlib.suppress(Exception):
                     publish_audit_artifact(request.product, record, run.banner)
+                with contextlib.suppress(Exception):  # the server may be what failed
+                    post_head(ledger.info(), f"after run {run_id} ended ({record['status']})")
                 if fault is not None and isinstance(exc, Exception):
                     raise InfrastructureFault(fault.line) from exc
                 raise
             record = audit.save()
             publish_audit_artifact(request.product, record, run.banner)
+            post_head(ledger.info(), f"after run {run_id} published its release")
             logger.info(
                 "%srun %s succeeded: release %s (%s)", run.banner, run_id,
                 folder.release_dir, run.published["state"],

@@ -103,8 +103,12 @@ def test_a_ledger_is_created_once_with_ceilings_no_higher_than_the_system_maximu
     info = ledger.info()
     assert info.ceilings == {"zcdp": Fraction(6), "puredp": MAX_PASS_TOTAL["puredp"]}
     assert info.head_seq == 1 and ledger.verify() == []
-    with pytest.raises(LedgerRefused, match="already exists"):
+    with pytest.raises(LedgerRefused, match="exists already"):
         PrivacyLedger.initialize(store)
+    _sql(store, "DELETE FROM das_ledger_entries")  # emptied behind the ledger's back ...
+    _sql(store, "DELETE FROM das_ledger_key")
+    with pytest.raises(LedgerRefused, match="emptied is not a new ledger"):
+        PrivacyLedger.initialize(store)  # ... is not a place for a new one
     if store.path is not None:
         assert oct(store.path.stat().st_mode & 0o777) == "0o600"
 
@@ -123,7 +127,10 @@ def test_production_never_creates_a_ledger_and_refuses_a_missing_or_emptied_one(
         open_ledger()
     assert not folder.exists()  # nothing created
     store = LedgerStore.in_directory(folder)
-    PrivacyLedger.initialize(store)
+    ledger_id = PrivacyLedger.initialize(store).info().ledger_id
+    with pytest.raises(LedgerRefused, match=f"DAS_LEDGER_ID is required.*={ledger_id}"):
+        open_ledger()  # production pins the ledger it spends against
+    monkeypatch.setenv("DAS_LEDGER_ID", ledger_id)
     assert open_ledger().created is False
     store.path.write_bytes(b"")  # truncated to 0 bytes
     with pytest.raises(LedgerRefused, match="empty file: it was emptied or truncated"):

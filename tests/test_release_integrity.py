@@ -112,7 +112,12 @@ def _production(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
     assert das_main(["ledger", "init", "--ledger", str(ledger)]) == 0
     monkeypatch.setenv("DAS_PRODUCTION", "1")
     monkeypatch.setenv("DAS_LEDGER_DIR", str(ledger))
+    monkeypatch.setenv("DAS_LEDGER_ID", _ledger_id(ledger))
     return ledger
+
+
+def _ledger_id(folder: Path) -> str:
+    return PrivacyLedger(LedgerStore.in_directory(folder)).info().ledger_id
 
 
 def _approve(config: Path, data: Path, product: str = "safetab-p") -> None:
@@ -413,19 +418,70 @@ def test_a_new_emptied_or_swapped_ledger_is_refused_not_read_as_no_spend(
     assert _run(config, data, releases / "{run_id}", "--run-id", "r2") == 2
     assert "never creates one implicitly" in capfd.readouterr().err
     assert not (tmp_path / "ledgr").exists()
-    # A fresh ledger made for the occasion, with a fresh approval: the release beside the
-    # output was recorded in another ledger.
+    # A fresh ledger made for the occasion, with a fresh approval: not the pinned ledger ...
     monkeypatch.setenv("DAS_LEDGER_DIR", str(tmp_path / "fresh"))
     assert das_main(["ledger", "init", "--ledger", str(tmp_path / "fresh")]) == 0
     _approve(config, data)
     assert _run(config, data, releases / "{run_id}", "--run-id", "r2") == 2
+    assert "points at another ledger" in capfd.readouterr().err
+    # ... and with the pin changed too, the release beside the output was recorded elsewhere.
+    monkeypatch.setenv("DAS_LEDGER_ID", _ledger_id(tmp_path / "fresh"))
+    assert _run(config, data, releases / "{run_id}", "--run-id", "r2") == 2
     assert "was recorded in ledger" in capfd.readouterr().err
+    monkeypatch.setenv("DAS_LEDGER_ID", json.loads(
+        (releases / "r1" / "MANIFEST.json").read_text())["ledger"]["id"])  # fmt: skip
     # The real ledger truncated to 0 bytes.
     monkeypatch.setenv("DAS_LEDGER_DIR", str(ledger))
     (ledger / "ledger.sqlite").write_bytes(b"")
     assert _run(config, data, releases / "{run_id}", "--run-id", "r2") == 2
     assert "emptied or truncated" in capfd.readouterr().err
     assert len(count_samples) == drawn and not (releases / "r2").exists()
+
+
+def test_a_ledger_restored_from_an_old_copy_or_cut_back_is_refused_wherever_the_output_is(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, count_samples: list[str], capfd
+) -> None:
+    """The hash chain of a ledger cut back to an earlier entry is still valid, and a new output
+    folder has no release beside it to compare with: the Prefect server's record of the heads
+    the runs saw is what shows the ledger lost its history."""
+    import sqlite3
+
+    ledger = _production(tmp_path, monkeypatch)
+    config, data = _params(tmp_path, half=True), _data(tmp_path)
+    backup = tmp_path / "ledger-backup.sqlite"
+    _approve(config, data)
+    shutil.copy(ledger / "ledger.sqlite", backup)  # the approved state, before any spend
+    assert _run(config, data, tmp_path / "first") == 0
+    drawn = len(count_samples)
+    shutil.copy(backup, ledger / "ledger.sqlite")  # the spend forgotten, the approval kept
+    assert das_main(["ledger", "verify", "--ledger", str(ledger)]) == 1
+    assert "not the ledger the Prefect server saw" in capfd.readouterr().out
+    assert _run(config, data, tmp_path / "elsewhere" / "second") == 2
+    err = capfd.readouterr().err
+    assert "the Prefect server recorded ledger entry" in err and "cut or rewritten" in err
+    assert len(count_samples) == drawn and not (tmp_path / "elsewhere" / "second").exists()
+    # Cut back by SQL instead (the file kept, the tail deleted): the same.
+    with sqlite3.connect(ledger / "ledger.sqlite") as db:
+        db.execute("DELETE FROM das_ledger_entries WHERE seq > 2")
+    assert _run(config, data, tmp_path / "third") == 2
+    assert "cut or rewritten" in capfd.readouterr().err
+    assert len(count_samples) == drawn
+
+
+def test_outside_production_a_re_created_ledger_is_announced_as_a_new_history(
+    tmp_path: Path, capfd
+) -> None:
+    """A user may start a new ledger where the old one was; the run says that the Prefect
+    server saw another ledger there, whose spend this one does not count."""
+    config, data, ledger = _params(tmp_path), _data(tmp_path), tmp_path / "ledger"
+    extra = ("--skip-validation", "--seed", "1", "--ledger", str(ledger))
+    assert _run(config, data, tmp_path / "a" / "out", *extra) == 0
+    shutil.rmtree(ledger)
+    assert _run(config, data, tmp_path / "b" / "out", *extra) == 0
+    assert "created a new privacy ledger" in capfd.readouterr().err
+    (notice,) = _audit(tmp_path / "b" / "out")["privacy_ledger"]["notices"]
+    assert "the Prefect server recorded another privacy ledger at" in notice
+    assert _audit(tmp_path / "a" / "out")["privacy_ledger"]["notices"] == []
 
 
 def test_a_ledger_rewritten_after_a_release_fails_verification_of_that_release(

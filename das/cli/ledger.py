@@ -3,16 +3,19 @@
   das ledger init    [--ledger DIR | --url URL] [--max-rho X] [--max-epsilon Y]
   das ledger approve --product P --config CONFIG --data DIR [--note TEXT] [--ledger DIR | --url URL]
   das ledger show    [--ledger DIR | --url URL | --output OUT] [--dataset ID] [--json]
-  das ledger verify  [--ledger DIR | --url URL] [--release OUT ...] [--json]
+  das ledger verify  [--ledger DIR | --url URL] [--release OUT ...] [--no-prefect] [--json]
 
 The ledger is ``--ledger DIR`` (a folder holding ``ledger.sqlite``), ``--url`` (a SQLAlchemy
 URL, e.g. PostgreSQL), else ``DAS_LEDGER_URL`` / ``DAS_LEDGER_DIR``, else (outside production)
 the per-user default. ``init`` creates it once (production never creates one implicitly), with
 ceilings per pass at most ρ 10 (zCDP) and ε 30 (pure DP). ``approve`` records a person's
 decision to spend a config's per-pass totals on one dataset (its records are read once to
-fingerprint them); in production no run draws without one. ``verify`` checks the hash chain and,
-for each ``--release``, that the release is what the ledger recorded. Exit codes: 0 done / intact,
-1 verification found problems, 2 refused or usage error.
+fingerprint them); in production no run draws without one. ``verify`` checks the hash chain,
+that the ledger holds every head the Prefect server recorded for it (the server of
+PREFECT_API_URL, else the local one `das run` uses; ``--no-prefect`` skips this and says so),
+and, for each ``--release``, that the release is what the ledger recorded. Exit codes: 0 done /
+intact, 1 verification found problems, 2 refused or usage error, 3 the Prefect server could not
+be asked.
 """
 
 from __future__ import annotations
@@ -75,6 +78,11 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     _where(verify)
     verify.add_argument(
         "--release", type=resolved_path, action="append", default=[], help="a release folder"
+    )
+    verify.add_argument(
+        "--no-prefect",
+        action="store_true",
+        help="do not check the ledger against the heads the Prefect server recorded",
     )
     verify.add_argument("--json", action="store_true", help="one JSON object on stdout")
     verify.set_defaults(handler=_verify)
@@ -352,7 +360,22 @@ def _show(args: argparse.Namespace) -> int:
     return EXIT_OK
 
 
+def _witnessed(ledger: Any, info: Any) -> dict[str, Any]:
+    """The Prefect server's heads of this ledger, checked (:mod:`tasks.ledger_witness`)."""
+    os.environ.setdefault("PREFECT_SERVER_EPHEMERAL_STARTUP_TIMEOUT_SECONDS", "180")
+    try:
+        from tasks.ledger_witness import witnessed_problems
+
+        problems, others = witnessed_problems(ledger, info)
+    except Exception as exc:  # the server is unreachable or refuses us: say so, fail closed
+        where = os.environ.get("PREFECT_API_URL") or "the local temporary Prefect server"
+        reason = (str(exc).splitlines() or [""])[0]
+        return {"checked": False, "reason": f"{where}: {type(exc).__name__}: {reason}"}
+    return {"checked": True, "problems": problems, "other_ledgers_here": others}
+
+
 def _verify(args: argparse.Namespace) -> int:
+    from das.runs.faults import EXIT_INFRASTRUCTURE
     from das.runs.ledger import PrivacyLedger
     from das.runs.ledger.verify import release_problems
     from das.runs.policy import RunRefused
@@ -367,9 +390,15 @@ def _verify(args: argparse.Namespace) -> int:
         "ledger_id": info.ledger_id,
         "head": info.head(),
         "chain": ledger.verify(),
+        "prefect": None if args.no_prefect else _witnessed(ledger, info),
         "releases": {str(r): release_problems(ledger, info, r) for r in args.release},
     }
-    ok = not result["chain"] and not any(result["releases"].values())
+    witness = result["prefect"] or {}
+    ok = (
+        not result["chain"]
+        and not witness.get("problems")
+        and not any(result["releases"].values())
+    )
     result["ok"] = ok
     if args.json:
         print(json.dumps(result))
@@ -380,9 +409,24 @@ def _verify(args: argparse.Namespace) -> int:
         )
         for problem in result["chain"]:
             print(f"  - {problem}")
+        if result["prefect"] is None:
+            print("Prefect server: not asked (--no-prefect): a ledger cut back or restored from "
+                  "an old copy is not detected without it")  # fmt: skip
+        elif not witness["checked"]:
+            print(f"Prefect server: COULD NOT BE ASKED: {witness['reason']}")
+        else:
+            verdict = "not the ledger the Prefect server saw" if witness["problems"] else (
+                "the ledger holds every head it recorded")  # fmt: skip
+            print(f"Prefect server: {verdict}")
+            for problem in witness["problems"]:
+                print(f"  - {problem}")
+            if witness["other_ledgers_here"]:
+                print("  note: the server saw other ledgers at this location before: "
+                      + ", ".join(witness["other_ledgers_here"]))  # fmt: skip
         for release, problems in result["releases"].items():
             print(f"release {release}: " + ("as recorded" if not problems else "DOES NOT MATCH"))
             for problem in problems:
                 print(f"  - {problem}")
+    if ok and result["prefect"] is not None and not witness["checked"]:
+        return EXIT_INFRASTRUCTURE
     return EXIT_OK if ok else EXIT_PROBLEMS
-

@@ -22,6 +22,7 @@ from das.runs.ledger.book import (
     decimal_text,
     parse_total,
     release_anchor_problems,
+    witness_problems,
 )
 from das.runs.ledger.location import (
     OpenedLedger,
@@ -57,4 +58,5 @@ __all__ = [
     "open_ledger",
     "parse_total",
     "release_anchor_problems",
+    "witness_problems",
 ]

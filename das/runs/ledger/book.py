@@ -400,10 +400,11 @@ class PrivacyLedger:
                     f"{decimal_text(MAX_PASS_TOTAL[definition])}], the largest this system accepts"
                 )
             limits[definition] = value
-        if store.file_state() == "empty":
+        if store.file_state() == "empty" or store.has_tables():
             raise LedgerRefused(
-                f"{store.location} exists but is empty: a ledger that was emptied is not a new "
-                "ledger. Restore it from its backup, or move the file away deliberately first"
+                f"{store.location} exists already (an empty file, or the ledger's tables): a "
+                "ledger that was emptied is not a new ledger. Restore it from its backup, or "
+                "move the file (drop the tables) away deliberately first"
             )
         store.create()
         key = secrets.token_hex(32)
@@ -1045,36 +1046,46 @@ class PrivacyLedger:
         return [s for s in states if s is not None]
 
 
-def release_anchor_problems(ledger: PrivacyLedger, info: LedgerInfo, output: Path) -> list[str]:
-    """Releases beside ``output`` carry the ledger head they were published at: each must be
-    in this ledger. A ledger that lacks them was swapped, emptied and re-created, truncated or
-    rewritten; a release recorded in another ledger means this is not the ledger of these
-    releases (e.g. a mistyped ``DAS_LEDGER_DIR``)."""
-    from das.runs.release import read_manifest
-
-    parent = Path(output).parent
+def witness_problems(
+    ledger: PrivacyLedger, info: LedgerInfo, heads: Iterable[tuple[str, Mapping[str, Any]]]
+) -> list[str]:
+    """Heads of this ledger that witnesses outside it recorded — ``(witness, {id, seq, hash})``
+    — that it no longer holds as recorded. A chain cut back or rewritten consistently is still
+    a valid chain; only a copy of its head kept elsewhere shows it. A head of another ledger
+    means the witness knew another ledger here (swapped, or re-created after it was emptied)."""
     problems: list[str] = []
-    if not parent.is_dir():
-        return problems
-    for sibling in sorted(parent.iterdir()):
-        if sibling == Path(output) or not sibling.is_dir():
-            continue
-        manifest = read_manifest(sibling)
-        head = (manifest or {}).get("ledger")
-        if not isinstance(head, dict):
-            continue
+    for witness, head in heads:
         if head.get("id") != info.ledger_id:
             problems.append(
-                f"the release {sibling.name} beside this output was recorded in ledger "
-                f"{head.get('id')}, not in this one ({info.ledger_id} at {info.location})"
+                f"{witness} was recorded in ledger {head.get('id')}, not in this one "
+                f"({info.ledger_id} at {info.location})"
             )
-            continue
-        entry = ledger.entry(int(head.get("seq", 0)))
-        if entry is None or entry.hash != head.get("hash"):
-            problems.append(
-                f"the release {sibling.name} carries ledger entry {head.get('seq')}, which this "
-                "ledger does not hold as published (its history was cut or rewritten)"
-            )
+        else:
+            entry = ledger.entry(int(head.get("seq", 0)))
+            if entry is None or entry.hash != head.get("hash"):
+                problems.append(
+                    f"{witness} recorded ledger entry {head.get('seq')}, which this ledger does "
+                    "not hold as recorded (its history was cut or rewritten)"
+                )
         if len(problems) >= 5:
             break
     return problems
+
+
+def release_anchor_problems(ledger: PrivacyLedger, info: LedgerInfo, output: Path) -> list[str]:
+    """Releases beside ``output`` carry the ledger head they were published at: each must be
+    in this ledger (:func:`witness_problems`). A release recorded in another ledger means this
+    is not the ledger of these releases (e.g. a mistyped ``DAS_LEDGER_DIR``)."""
+    from das.runs.release import read_manifest
+
+    parent = Path(output).parent
+    if not parent.is_dir():
+        return []
+    heads = (
+        (f"the release {sibling.name} beside this output", head)
+        for sibling in sorted(parent.iterdir())
+        if sibling != Path(output) and sibling.is_dir()
+        for head in [(read_manifest(sibling) or {}).get("ledger")]
+        if isinstance(head, dict)
+    )
+    return witness_problems(ledger, info, heads)

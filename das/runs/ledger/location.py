@@ -8,8 +8,9 @@ Outside production the default is one ledger per user,
 so that the same data released from different output folders meets the same history.
 The URL names no password: ``DAS_LEDGER_PASSWORD_FILE`` names a 0600 file holding it
 (:mod:`das.secret_files`), so the secret is never on a command line, in a deployment or in a
-Prefect variable. ``DAS_LEDGER_ID`` pins the ledger a deployment expects (``das deploy`` sets
-it): a run that finds another ledger at the configured place is refused.
+Prefect variable. ``DAS_LEDGER_ID`` pins the ledger a run expects (required in production;
+``das deploy`` sets it for deployments): a run that finds another ledger at the configured place
+is refused.
 """
 
 from __future__ import annotations
@@ -114,6 +115,13 @@ def open_ledger(environ: Mapping[str, str] | None = None) -> OpenedLedger:
         created = True
     info = ledger.require_intact()
     pinned = (environ.get(LEDGER_ID_ENV) or "").strip()
+    if not pinned and production_mode(environ):
+        raise LedgerRefused(
+            f"{LEDGER_ID_ENV} is required under DAS_PRODUCTION: it pins the ledger runs spend "
+            f"against, so that a ledger swapped or re-created at {info.location} is refused. "
+            f"The ledger there now is {info.ledger_id}; check that against the id `das ledger "
+            f"init` printed, then set {LEDGER_ID_ENV}={info.ledger_id}"
+        )
     if pinned and pinned != info.ledger_id:
         raise LedgerRefused(
             f"the privacy ledger at {info.location} is ledger {info.ledger_id}, but "
