@@ -49,6 +49,7 @@ from das.runs.ledger import (  # noqa: E402
     ApprovalRequired,
     LedgerInfo,
     LedgerRefused,
+    LedgerUnavailable,
     PassSpend,
     PrivacyLedger,
     RunState,
@@ -468,7 +469,11 @@ def _remove_if_unused(folder: RunFolder, created: bool) -> None:
 def release_run(request: RunRequest, inputs: RunInputs, parse: Parse) -> Iterator[ReleaseRun]:
     """Open, check and own a release run; see the module docstring."""
     run_id = request.run_id or default_run_id()
-    check = check_start(request, inputs, parse, run_id)
+    try:
+        check = check_start(request, inputs, parse, run_id)
+    except LedgerUnavailable as exc:  # nothing opened yet: one line, no traceback
+        fault = explain(exc, resume_hint(request.context, run_id), api_url())
+        raise InfrastructureFault(fault.line if fault else str(exc)) from None
     opened = check.ledger
     ledger, info = opened.ledger, opened.info
     assert check.folder is not None

@@ -16,7 +16,7 @@ from pathlib import Path
 
 import pytest
 
-from das.runs.faults import DASK, DISK, EXIT_INFRASTRUCTURE, PREFECT, explain
+from das.runs.faults import DASK, DISK, EXIT_INFRASTRUCTURE, LEDGER, PREFECT, explain
 
 REPO = Path(__file__).resolve().parents[1]
 TOY = REPO.parent / "shared" / "census_specs" / "safetab_p" / "toy"
@@ -85,6 +85,15 @@ def test_the_faults_are_recognized_anywhere_in_the_chain() -> None:
     timed_out = RuntimeError("Timed out while attempting to connect to ephemeral Prefect API")
     assert explain(ExceptionGroup("x", [ValueError(), timed_out]), "r").kind == PREFECT
     assert explain(ValueError("a bad value"), "r") is None
+    from das.runs.ledger import LedgerUnavailable
+
+    gone = LedgerUnavailable("privacy ledger postgresql://h/db cannot be read: connection refused")
+    try:
+        raise RuntimeError("draw failed") from gone
+    except RuntimeError as exc:
+        fault = explain(exc, "Retry the flow run")
+    assert fault.kind == LEDGER and fault.line.startswith("privacy ledger postgresql://h/db")
+    assert "then resume: Retry the flow run; no draw goes unrecorded" in fault.line
 
 
 # --- caused for real -----------------------------------------------------------------------------

@@ -20,6 +20,8 @@ from das.privacy.limits import (
     SAMPLER_MAX_SCALE,
     SAMPLER_MAX_SIGMA_SQUARED,
     BudgetLimitError,
+    pass_total_problem,
+    query_floor_problem,
     show,
 )
 from das.privacy.mechanisms import mechanism_for
@@ -90,6 +92,17 @@ def test_show_prints_any_magnitude() -> None:
         "1e400",
     ]
     assert show(Fraction(9, 2) * 10**300) == "4.5e300" and show(math.inf) == "Infinity"
+
+
+def test_a_refusal_shows_a_budget_just_past_a_limit_with_the_digits_that_differ() -> None:
+    """"ρ 10 is above ρ ≤ 10" would read as a bug: the value shows as many digits as it takes."""
+    assert "ρ 10.0001 is above" in str(pass_total_problem("zcdp", Fraction("10.0001"), "q"))
+    assert "ε 30.000000001 is above" in str(pass_total_problem("puredp", 30.000000001, "q"))
+    assert "ρ 11 is above" in str(pass_total_problem("zcdp", 11, "q"))
+    floor = MIN_QUERY_BUDGET["zcdp"]
+    below = str(query_floor_problem("zcdp", floor * Fraction(99999, 100000), "q"))
+    assert f"below the smallest per-query budget (ρ ≥ {show(floor)})" in below
+    assert f"ρ {show(floor)} is below" not in below
 
 
 # ------------------------------------------------------------------------------ mechanisms
@@ -229,12 +242,19 @@ def test_pure_dp_has_its_own_ceiling() -> None:
         parse_phsafe_config(data, "over")
 
 
-def test_a_number_beyond_double_precision_is_not_read_as_infinity(tmp_path: Path) -> None:
-    text = PHSAFE_DEMO.read_text().replace('"usa_*": 0.', '"usa_*": 1e400, "x": 0.', 1)
+@pytest.mark.parametrize("number", ["1e400", "1e-400", "0.5E-330"])
+def test_a_number_beyond_double_precision_is_not_read_as_infinity_or_zero(
+    tmp_path: Path, number: str
+) -> None:
+    text = PHSAFE_DEMO.read_text().replace('"usa_*": 0.', f'"usa_*": {number}, "x": 0.', 1)
     path = tmp_path / "config.json"
     path.write_text(text)
-    with pytest.raises(ConfigError, match="1e400 is beyond double precision"):
+    with pytest.raises(ConfigError, match=f"{number} is beyond double precision"):
         load_phsafe_config(path)
+    path.write_text(text.replace(number, "0.0e-400"))  # a zero written small is zero
+    with pytest.raises(ConfigError, match="unknown level 'x'") as refused:
+        load_phsafe_config(path)  # (fails later, on the stray key: the number was read)
+    assert "double precision" not in str(refused.value)
 
 
 # ------------------------------------------------------------------------------ commands

@@ -50,7 +50,7 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     init.add_argument(
         "--max-epsilon", help="ceiling per pass under pure DP (default and maximum 30)"
     )
-    init.set_defaults(handler=_init)
+    init.set_defaults(handler=_reporting_faults(_init))
 
     approve = commands.add_parser(
         "approve", help="approve a config's per-pass spend on one dataset"
@@ -63,7 +63,7 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     )
     approve.add_argument("--note", default="", help="why (recorded with the approval)")
     approve.add_argument("--json", action="store_true", help="one JSON object on stdout")
-    approve.set_defaults(handler=_approve)
+    approve.set_defaults(handler=_reporting_faults(_approve))
 
     show = commands.add_parser("show", help="print runs, spend, approvals and totals")
     where = _where(show)
@@ -72,7 +72,7 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     )
     show.add_argument("--dataset", help="only this dataset (its id, or a prefix of it)")
     show.add_argument("--json", action="store_true", help="one JSON object on stdout")
-    show.set_defaults(handler=_show)
+    show.set_defaults(handler=_reporting_faults(_show))
 
     verify = commands.add_parser("verify", help="check the chain and releases against it")
     _where(verify)
@@ -85,7 +85,26 @@ def register(subparsers: argparse._SubParsersAction) -> None:
         help="do not check the ledger against the heads the Prefect server recorded",
     )
     verify.add_argument("--json", action="store_true", help="one JSON object on stdout")
-    verify.set_defaults(handler=_verify)
+    verify.set_defaults(handler=_reporting_faults(_verify))
+
+
+def _reporting_faults(handler: Any) -> Any:
+    """``handler`` with a ledger it cannot reach said in one line (exit 3), and a ledger
+    setting it refuses (both DAS_LEDGER_URL and DAS_LEDGER_DIR, a malformed URL) exit 2."""
+
+    def run(args: argparse.Namespace) -> int:
+        from das.runs.faults import EXIT_INFRASTRUCTURE
+        from das.runs.ledger import LedgerUnavailable
+        from das.runs.policy import RunRefused
+
+        try:
+            return int(handler(args))
+        except LedgerUnavailable as exc:
+            return _fail(args.ledger_command, str(exc), EXIT_INFRASTRUCTURE)
+        except RunRefused as exc:
+            return _fail(args.ledger_command, str(exc))
+
+    return run
 
 
 def _where(parser: argparse.ArgumentParser) -> argparse._MutuallyExclusiveGroup:
@@ -155,7 +174,7 @@ def _init(args: argparse.Namespace) -> int:
     shown = ", ".join(f"{UNITS[d]} {decimal_text(v)}" for d, v in sorted(info.ceilings.items()))
     print(f"created privacy ledger {info.ledger_id} at {info.location}")
     print(f"ceilings per pass of a dataset: {shown}")
-    print(f"for deployments: DAS_LEDGER_ID={info.ledger_id} pins this ledger")
+    print(f"in production (das run, deployments): DAS_LEDGER_ID={info.ledger_id} pins this ledger")
     return EXIT_OK
 
 
@@ -175,12 +194,12 @@ def _records_fingerprint(product: str, data: Path) -> str:
 
         specs = {spec.name: spec for spec in PHSAFE_INPUTS}
         inputs = run_inputs(Path("config.json"), data)
+    from das.runs.start import check_inputs_regular
+
+    check_inputs_regular(inputs)  # a FIFO or device is refused by name, never opened
     missing = sorted(set(specs) - set(inputs.confidential))
     if missing:
         raise ValueError(f"{data}: no {', '.join(missing)} input (.txt/.csv or .parquet)")
-    from das.runs.start import check_inputs_regular
-
-    check_inputs_regular(inputs)
     return combine_fingerprints(
         {name: fingerprint_file(inputs.confidential[name], spec) for name, spec in specs.items()}
     )

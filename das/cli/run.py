@@ -258,7 +258,16 @@ def _run(args: argparse.Namespace) -> int:
         parameters["coterminous"] = None if coterminous is None else str(coterminous)
     else:
         parameters["credible_interval"] = args.credible_interval
-    refusal = _preflight(args, parameters)
+    from das.runs.faults import EXIT_INFRASTRUCTURE, explain
+    from das.runs.ledger import LedgerUnavailable
+
+    resume = "run this command again" + (f" with --run-id {args.run_id}" if args.run_id else "")
+    try:
+        refusal = _preflight(args, parameters)
+    except LedgerUnavailable as exc:
+        fault = explain(exc, resume)
+        print(f"das run {product}: FAILED — {fault.line if fault else exc}", file=sys.stderr)
+        return EXIT_INFRASTRUCTURE
     if refusal is not None:
         print(f"das run {product}: REFUSED — {refusal}", file=sys.stderr)
         return EXIT_USAGE
@@ -276,10 +285,8 @@ def _run(args: argparse.Namespace) -> int:
     else:
         from flows.phsafe import phsafe_flow as product_flow
     from das.cli.progress import shown
-    from das.runs.faults import EXIT_INFRASTRUCTURE, explain
 
     flow = product_flow.with_options(task_runner=task_runner_from_env())
-    resume = "run this command again" + (f" with --run-id {args.run_id}" if args.run_id else "")
     try:
         with _quiet_tracebacks(), shown(product):
             state = flow(**parameters, return_state=True)

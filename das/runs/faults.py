@@ -1,9 +1,10 @@
 """Infrastructure faults, explained in one line: what failed, and what to do.
 
 A run that fails because its infrastructure did — the Dask task runner lost its workers, the
-Prefect API could not be reached or answered "busy", the disk filled up — is not a problem of
-its inputs, and it is resumable: the same run id (Prefect's Retry of the flow run, or `das run
---run-id`) reuses every draw the privacy ledger recorded and redoes nothing that was done.
+Prefect API or the privacy ledger could not be reached, or answered "busy", the disk filled up —
+is not a problem of its inputs, and it is resumable: the same run id (Prefect's Retry of the
+flow run, or `das run --run-id`) reuses every draw the privacy ledger recorded and redoes
+nothing that was done.
 Such failures arrive as library internals (``UnboundLocalError: cannot access local variable
 'result'`` from distributed, ``RuntimeError: Timed out while attempting to connect to ephemeral
 Prefect API server``, ``PrefectHTTPStatusError``...); :func:`explain` recognizes them anywhere in
@@ -26,6 +27,7 @@ EXIT_OK, EXIT_INVALID, EXIT_REFUSED, EXIT_INFRASTRUCTURE, EXIT_FAILED = 0, 1, 2,
 DASK = "the Dask task runner lost its workers"
 PREFECT = "the Prefect API"
 DISK = "the disk is full"
+LEDGER = "the privacy ledger could not be reached"
 
 
 class InfrastructureFault(RuntimeError):
@@ -79,6 +81,8 @@ def _kind(error: BaseException) -> str | None:
         return DISK
     if "database or disk is full" in text:  # SQLite's word for it (the privacy ledger)
         return DISK
+    if "LedgerUnavailable" in names:
+        return LEDGER
     if names & {"KilledWorker", "CommClosedError", "FutureCancelledError", "StreamClosedError"}:
         return DASK
     if isinstance(error, UnboundLocalError) and _raised_in(error, "distributed"):
@@ -110,6 +114,12 @@ def explain(error: BaseException, resume: str, api_url: str | None = None) -> Fa
                 f"{DISK}{place}: free space there (the run folder holds the spilled records, "
                 f"true counts and noise), then resume: {resume}; every draw already made is "
                 "reused"
+            )
+        elif kind == LEDGER:
+            line = (
+                f"{str(item).rstrip('.')}: check the ledger's database or folder "
+                f"(DAS_LEDGER_URL / DAS_LEDGER_DIR), then resume: {resume}; no draw goes "
+                "unrecorded (the ledger records each before it is made)"
             )
         elif kind == DASK:
             line = (

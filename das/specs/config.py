@@ -109,12 +109,14 @@ def _raise_problems(problems: list[str]) -> None:
 
 
 class _BeyondDouble(ValueError):
-    """A JSON number too large for a double: ``json`` would read it as Infinity (no noise)."""
+    """A JSON number beyond a double: too large, ``json`` would read it as Infinity (no noise);
+    too small, as 0 (a level silently not measured)."""
 
 
 def _finite_float(text: str) -> float:
     value = float(text)
-    if math.isinf(value):
+    mantissa = text.lower().split("e")[0]
+    if math.isinf(value) or (value == 0 and any(digit in mantissa for digit in "123456789")):
         raise _BeyondDouble(text)
     return value
 
@@ -129,7 +131,8 @@ def _read_json(path: Path) -> dict[str, Any]:
     except _BeyondDouble as exc:
         raise ConfigError(
             f"{path}: the number {exc!s:.24} is beyond double precision and would read as "
-            "Infinity (no noise); write Infinity to mean that, or a budget within the limits"
+            "Infinity (no noise) or as 0 (not measured); write Infinity or 0 to mean that, "
+            "or a budget within the limits"
         ) from None
     if not isinstance(data, dict):
         raise ConfigError(f"{path}: expected a JSON object at the top level")

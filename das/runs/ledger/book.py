@@ -46,18 +46,20 @@ from typing import Any
 from das.privacy.accounting import ZCDP
 from das.privacy.limits import MAX_PASS_TOTAL
 from das.privacy.mechanisms import Budget, fraction_text, parse_fraction_text
-from das.runs.ledger.store import Entry, LedgerStore, LedgerTransaction, chain_problems
-from das.runs.policy import Remedy, RunRefused
+from das.runs.ledger.store import (
+    Entry,
+    LedgerRefused,
+    LedgerStore,
+    LedgerTransaction,
+    chain_problems,
+)
+from das.runs.policy import Remedy
 
 LEDGER_FORMAT = "das-ledger/1"
 INFINITY = float("inf")
 COUNTING = ("authorized", "drawing", "completed")  # statuses that count as spent
 DATASET_TAG = "das-dataset/1"
 NOISE_TAG = "das-noise/1"
-
-
-class LedgerRefused(RunRefused):
-    """The ledger refuses this run or this step (not initialized, broken, bound elsewhere...)."""
 
 
 class CumulativeSpendRequired(LedgerRefused):

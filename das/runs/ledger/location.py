@@ -60,6 +60,12 @@ def configured_store(environ: Mapping[str, str] | None = None) -> LedgerStore | 
     ``DAS_LEDGER_DIR`` names, or None."""
     environ = os.environ if environ is None else environ
     url = (environ.get(LEDGER_URL_ENV) or "").strip()
+    directory = (environ.get(LEDGER_ENV) or "").strip()
+    if url and directory:
+        raise LedgerRefused(
+            f"both {LEDGER_URL_ENV} and {LEDGER_ENV} are set: which ledger records this spend "
+            "is not a guess. Unset one of them"
+        )
     if url:
         secret_file = (environ.get(LEDGER_PASSWORD_FILE_ENV) or "").strip()
         if secret_file:
@@ -69,7 +75,6 @@ def configured_store(environ: Mapping[str, str] | None = None) -> LedgerStore | 
                 raise LedgerRefused(str(exc)) from None
             url = make_url(url).set(password=password).render_as_string(hide_password=False)
         return LedgerStore(url)
-    directory = (environ.get(LEDGER_ENV) or "").strip()
     if directory:
         return LedgerStore.in_directory(directory)
     return None

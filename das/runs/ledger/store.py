@@ -44,8 +44,10 @@ from sqlalchemy import (
     select,
 )
 from sqlalchemy.engine import make_url
-from sqlalchemy.exc import DatabaseError, OperationalError
+from sqlalchemy.exc import ArgumentError, DatabaseError, OperationalError
 from sqlalchemy.pool import NullPool
+
+from das.runs.policy import RunRefused
 
 LEDGER_FILE = "ledger.sqlite"
 GENESIS_PREV = "0" * 64
@@ -70,6 +72,11 @@ key_table = Table(
     Column("id", Integer, primary_key=True, autoincrement=False),
     Column("key", String(64), nullable=False),
 )
+
+
+class LedgerRefused(RunRefused):
+    """The ledger refuses this run or this step (not initialized, broken, bound elsewhere,
+    misconfigured...)."""
 
 
 class LedgerUnavailable(RuntimeError):
@@ -190,6 +197,15 @@ class LedgerStore:
     """
 
     url: str
+
+    def __post_init__(self) -> None:
+        try:
+            make_url(self.url)
+        except (ArgumentError, ValueError):
+            raise LedgerRefused(
+                "the privacy ledger's URL is not a database URL (expected sqlite:///PATH or "
+                "postgresql+psycopg://USER@HOST/DB)"
+            ) from None
 
     @classmethod
     def in_directory(cls, directory: str | Path) -> LedgerStore:
