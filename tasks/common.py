@@ -293,15 +293,24 @@ def input_path(inputs: RunInputs, name: str) -> Path:
     here, before anything is drawn)."""
     path = inputs.records().get(name)
     if path is None:
+        present = sorted(p.name for p in inputs.candidates if p.stem == name and p.is_file())
+        if len(present) > 1:
+            raise ValidationFailed(
+                f"both {' and '.join(present)} exist in {inputs.data_dir}: keep only one {name} "
+                "input (which one is meant would be a guess); nothing was drawn"
+            )
         raise ValidationFailed(
             f"no {name} input in {inputs.data_dir} (.txt/.csv or .parquet); nothing was drawn"
         )
     return Path(path)
 
 
-class InputUnreadable(RunRefused):
+class InputUnreadable(InputFormatError):
     """A record file the run could not read past validation (changed since, or never validated
-    under ``--skip-validation``). Nothing was drawn: reading precedes every draw."""
+    under ``--skip-validation``): invalid input, exit 1. Nothing was drawn: reading precedes
+    every draw. Its message names no value of the records (it is shareable)."""
+
+    shareable = True
 
 
 @contextlib.contextmanager
@@ -323,9 +332,9 @@ def read_records_locally(folder: RunFolder, what: str) -> Iterator[None]:
 
 
 def unless_refused(task: Any, task_run: Any, state: Any) -> bool:
-    """A task's ``retry_condition_fn``: retry faults, not refusals (a file that cannot be
-    read fails the same way again)."""
-    return not isinstance(state.data, RunRefused)
+    """A task's ``retry_condition_fn``: retry faults, not refusals or unreadable inputs (a
+    file that cannot be read fails the same way again)."""
+    return not isinstance(state.data, RunRefused | InputUnreadable)
 
 
 def run_once(steps: RunSteps, name: str, call: Callable[[], Any]) -> Any:

@@ -369,6 +369,23 @@ def test_a_load_failure_stops_the_run_with_its_own_error(
     out = tmp_path / "out"
     assert _run(small_data / "config.json", data, out, "--skip-validation", "--run-id", "f") == 1
     audit = json.loads(RunFolder(out, "f").audit_path.read_text())
-    assert audit["status"] == "failed" and audit["error_type"] == "InputFormatError"
+    assert audit["status"] == "failed" and audit["error_type"] == "InputUnreadable"
     assert "spill" in audit["timings"] and "measure" not in audit["timings"]
     assert count_samples == [] and not list(RunFolder(out, "f").noise_dir.glob("*"))
+
+
+def test_two_copies_of_one_input_are_named_not_called_missing(
+    tmp_path: Path, small_data: Path, count_samples: list[str], capfd: pytest.CaptureFixture[str]
+) -> None:
+    """units.csv and units.parquet side by side (validation skipped): the run says both exist
+    and which to keep, instead of "no units input"; nothing is drawn."""
+    data = tmp_path / "data"
+    data.mkdir()
+    for name in ("persons.csv", "geo.csv", "units.csv"):
+        (data / name).write_bytes((small_data / name).read_bytes())
+    pd.read_csv(data / "units.csv", dtype=str).to_parquet(data / "units.parquet")
+    out = tmp_path / "out"
+    assert _run(small_data / "config.json", data, out, "--skip-validation", "--run-id", "a") == 1
+    err = capfd.readouterr().err
+    assert "both units.csv and units.parquet exist" in err and "no units input" not in err
+    assert count_samples == [] and not out.exists()

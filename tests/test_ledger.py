@@ -27,7 +27,7 @@ from das.runs.ledger import (
     parse_total,
     release_anchor_problems,
 )
-from das.runs.policy import RunRefused
+from das.runs.policy import Remedy, RunRefused
 
 US = {"US": Fraction("4.944")}
 CONFIG = "c" * 64
@@ -489,3 +489,17 @@ def test_a_ledger_password_on_the_command_line_is_refused(tmp_path: Path, capsys
     assert main(["ledger", "init", "--url", url]) == 2
     err = capsys.readouterr().err
     assert "holds a password" in err and "DAS_LEDGER_PASSWORD_FILE" in err and "s3cret" not in err
+
+
+def test_a_refusal_and_its_next_step_read_as_two_sentences() -> None:
+    """The next step follows the reason as a sentence of its own, in the syntax of where the
+    run was started, whether or not the reason ended with a full stop."""
+    remedy = Remedy(cli="das ledger approve ...", deployment="approve it in the UI")
+    for reason in ("Nothing was read or drawn", "Nothing was read or drawn."):
+        refusal = RunRefused(reason, remedy)
+        assert (
+            refusal.explained("cli")
+            == "Nothing was read or drawn. Next step: das ledger approve ..."
+        )
+        assert refusal.explained("deployment").endswith("drawn. Next step: approve it in the UI")
+    assert RunRefused("no step").explained("cli") == "no step"

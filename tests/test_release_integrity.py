@@ -875,7 +875,7 @@ def test_records_with_more_race_codes_than_the_config_allows_are_never_measured(
     settings = json.loads(config.read_text())
     config.write_text(json.dumps({**settings, "max_race_codes": 1}))  # the toy has 3-code people
     out = tmp_path / "out"
-    assert _run(config, data, out, "--skip-validation", "--run-id", "bound") == 2
+    assert _run(config, data, out, "--skip-validation", "--run-id", "bound") == 1
     err = capfd.readouterr().err
     assert "more than max_race_codes = 1 race codes" in err and "Traceback" not in err
     assert count_samples == [] and not out.exists()
@@ -894,7 +894,7 @@ def test_a_format_error_past_validation_reaches_the_curator_log_only(
     lines[7] = lines[7].replace("|1|", "|x|", 1)  # a QSEX no reader accepts
     people.write_text("".join(lines))
     out = tmp_path / "out"
-    assert _run(config, data, out, "--skip-validation", "--run-id", "unreadable") == 2
+    assert _run(config, data, out, "--skip-validation", "--run-id", "unreadable") == 1
     err = capfd.readouterr().err
     assert "the person file could not be read (InputFormatError)" in err
     assert count_samples == [] and not out.exists()

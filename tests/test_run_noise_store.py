@@ -85,8 +85,9 @@ def test_tampered_or_missing_noise_is_refused_not_redrawn(
         np.save(path, noise)
         reopened.noise_for(m, 11, reopened.accountant)
     path.unlink()
-    with pytest.raises(NoiseDigestError, match="missing"):
+    with pytest.raises(NoiseDigestError, match="missing") as refused:
         reopened.noise_for(m, 10, reopened.accountant)
+    assert "cannot be resumed" in str(refused.value) and "another run id" in str(refused.value)
     assert sampler_calls == [10]
 
 

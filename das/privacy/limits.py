@@ -78,7 +78,7 @@ class BudgetLimitError(ValueError):
     """A budget (or the noise it buys) outside the limits the system accepts."""
 
 
-def show(value: Fraction | float | int) -> str:
+def show(value: Fraction | float | int, digits: int = 4) -> str:
     """A budget or noise parameter for a message: 4 significant digits, any magnitude."""
     if isinstance(value, float) and math.isinf(value):
         return "Infinity"
@@ -86,10 +86,20 @@ def show(value: Fraction | float | int) -> str:
     if x == 0:
         return "0"
     with localcontext() as context:
-        context.prec = 4
+        context.prec = digits
         number = (Decimal(x.numerator) / Decimal(x.denominator)).normalize()
     text = format(number, "f" if -5 <= number.adjusted() <= 6 else "e")
     return text.replace("e+", "e")
+
+
+def show_against(value: Fraction | float, bound: Fraction | float) -> str:
+    """``value`` with as many digits as it takes to read differently from ``bound`` (a total
+    of 10.0001 is not "ρ 10 is above ρ ≤ 10")."""
+    for digits in range(4, 40):
+        text = show(value, digits)
+        if Fraction(value) == Fraction(bound) or text != show(bound, digits):
+            return text
+    return show(value, 40)
 
 
 def _unit(definition: str) -> str:
@@ -112,7 +122,8 @@ def query_ceiling_problem(definition: str, budget: Fraction | float, what: str) 
     ceiling = MAX_PASS_TOTAL[key]
     if budget > ceiling:
         return (
-            f"{what}: {unit} {show(budget)} is above the largest total a pass may spend "
+            f"{what}: {unit} {show_against(budget, ceiling)} is above the largest total a "
+            "pass may spend "
             f"({unit} ≤ {show(ceiling)}, {_PRODUCTION_2020}); its noise would be negligible "
             "and the counts effectively exact, not private"
         )
@@ -140,7 +151,7 @@ def query_floor_problem(definition: str, budget: Fraction | float, what: str) ->
             "reasonable time"
         )
     return (
-        f"{what}: {unit} {show(budget)} is below the smallest per-query budget "
+        f"{what}: {unit} {show_against(budget, floor)} is below the smallest per-query budget "
         f"({unit} ≥ {show(floor)}): {noise}; a query this noisy releases nothing useful"
     )
 
@@ -160,7 +171,8 @@ def pass_total_problem(definition: str, total: Fraction | float, what: str) -> s
     ceiling = MAX_PASS_TOTAL[key]
     if total > ceiling:
         return (
-            f"{what}: {unit} {show(total)} is above the largest total a pass may spend "
+            f"{what}: {unit} {show_against(total, ceiling)} is above the largest total a "
+            "pass may spend "
             f"({unit} ≤ {show(ceiling)}, {_PRODUCTION_2020})"
         )
     return None

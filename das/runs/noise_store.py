@@ -63,6 +63,12 @@ class NoiseDigestError(RuntimeError):
     """A stored noise vector is missing or does not match its ledger digest; nothing is redrawn."""
 
 
+_NO_RESUME = (
+    "This run cannot be resumed (its spend stays recorded); start a new run with another run "
+    "id, within the dataset's approvals; keep this run folder for `das ledger verify`"
+)
+
+
 def secure_streams() -> RngFor:
     """Every measurement draws from the process-wide OS-seeded CSPRNG."""
     return lambda measurement: default_source()
@@ -178,13 +184,13 @@ class NoiseStore:
     def _missing(self, measurement: Measurement) -> NoiseDigestError:
         return NoiseDigestError(
             f"{measurement.name}: recorded as drawn but its noise file is missing; "
-            "it cannot be drawn again under the same run id"
+            f"it cannot be drawn again under the same run id. {_NO_RESUME}"
         )
 
     def _mismatch(self, measurement: Measurement) -> NoiseDigestError:
         return NoiseDigestError(
             f"{measurement.name}: the stored noise does not match the ledger's record "
-            "(size or sha256); refusing to reuse or redraw it"
+            f"(size or sha256); refusing to reuse or redraw it. {_NO_RESUME}"
         )
 
     def _load(self, measurement: Measurement, path: Path, size: int, digest: str) -> np.ndarray:

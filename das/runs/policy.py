@@ -74,7 +74,10 @@ class RunRefused(RuntimeError):
     def explained(self, context: str = "cli") -> str:
         """The message and, when there is one, the next step in ``context``'s syntax."""
         step = None if self.remedy is None else self.remedy.for_context(context)
-        return str(self) if step is None else f"{self} Next step: {step}"
+        message = str(self).rstrip()
+        if step is None:
+            return message
+        return f"{message if message.endswith(('.', ')')) else message + '.'} Next step: {step}"
 
 
 def production_mode(environ: Mapping[str, str] | None = None) -> bool:
