@@ -116,18 +116,10 @@ def _applies(budget: Fraction | float) -> bool:
 
 def query_ceiling_problem(definition: str, budget: Fraction | float, what: str) -> str | None:
     """Why one query's budget is above the ceiling (more than a whole pass may spend), or None."""
-    if not _applies(budget):
+    problem = pass_total_problem(definition, budget, what)
+    if problem is None:
         return None
-    key, unit = str(definition).lower(), _unit(definition)
-    ceiling = MAX_PASS_TOTAL[key]
-    if budget > ceiling:
-        return (
-            f"{what}: {unit} {show_against(budget, ceiling)} is above the largest total a "
-            "pass may spend "
-            f"({unit} ≤ {show(ceiling)}, {_PRODUCTION_2020}); its noise would be negligible "
-            "and the counts effectively exact, not private"
-        )
-    return None
+    return f"{problem}; its noise would be negligible and the counts effectively exact, not private"
 
 
 def query_floor_problem(definition: str, budget: Fraction | float, what: str) -> str | None:
@@ -171,9 +163,8 @@ def pass_total_problem(definition: str, total: Fraction | float, what: str) -> s
     ceiling = MAX_PASS_TOTAL[key]
     if total > ceiling:
         return (
-            f"{what}: {unit} {show_against(total, ceiling)} is above the largest total a "
-            "pass may spend "
-            f"({unit} ≤ {show(ceiling)}, {_PRODUCTION_2020})"
+            f"{what}: {unit} {show_against(total, ceiling)} is above the largest total a pass "
+            f"may spend ({unit} ≤ {show(ceiling)}, {_PRODUCTION_2020})"
         )
     return None
 
