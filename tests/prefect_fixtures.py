@@ -7,6 +7,7 @@ Registered once as a plugin by ``conftest.py``; a test module that runs flows as
 from __future__ import annotations
 
 import json
+import time
 from pathlib import Path
 
 import pytest
@@ -20,6 +21,8 @@ from prefect.client.schemas.filters import (  # noqa: E402
     ArtifactFilter,
     ArtifactFilterFlowRunId,
     ArtifactFilterKey,
+    LogFilter,
+    LogFilterFlowRunId,
 )
 from prefect.client.schemas.sorting import ArtifactSort  # noqa: E402
 from prefect.testing.utilities import prefect_test_harness  # noqa: E402
@@ -71,6 +74,26 @@ def artifacts(key: str, flow_run_id: str) -> list:
             ),
             sort=ArtifactSort.CREATED_DESC,
         )
+
+
+def server_logs(flow_run_id: str, settle_seconds: float = 30.0) -> list:
+    """Every log the server holds of one flow run of this process. Logs reach the server in
+    batches from a background worker: flush it, then read until two reads a second apart
+    agree (a loaded machine delivers late), at most ``settle_seconds``."""
+    from prefect.logging.handlers import APILogWorker
+
+    APILogWorker.drain_all(timeout=5)
+    deadline = time.monotonic() + settle_seconds
+    seen: list = []
+    with get_client(sync_client=True) as client:
+        while True:
+            logs = client.read_logs(
+                log_filter=LogFilter(flow_run_id=LogFilterFlowRunId(any_=[flow_run_id]))
+            )
+            if (seen and len(logs) == len(seen)) or time.monotonic() > deadline:
+                return logs
+            seen = logs
+            time.sleep(1.0)
 
 
 def assert_rejected_before_noise(output: Path, run_id: str, samples: list[str]) -> dict:

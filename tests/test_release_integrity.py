@@ -35,10 +35,8 @@ from prefect.client.orchestration import get_client  # noqa: E402
 from prefect.client.schemas.filters import (  # noqa: E402
     ArtifactFilter,
     ArtifactFilterFlowRunId,
-    LogFilter,
-    LogFilterFlowRunId,
 )
-from prefect_fixtures import artifacts, two_state_phsafe  # noqa: E402
+from prefect_fixtures import artifacts, server_logs, two_state_phsafe  # noqa: E402
 
 import tasks.common as common_tasks  # noqa: E402
 import tasks.safetab_p as safetab_tasks  # noqa: E402
@@ -801,10 +799,8 @@ def test_the_prefect_server_sees_no_record_counts(tmp_path: Path) -> None:
     argv = ["run", "phsafe", "--config", str(config), "--data", str(data), "--output", str(out)]
     assert das_main([*argv, "--seed", "2"]) == 0
     flow_run_id = _audit(out)["parameters"]["flow_run_id"]
+    logs = server_logs(flow_run_id)
     with get_client(sync_client=True) as client:
-        logs = client.read_logs(
-            log_filter=LogFilter(flow_run_id=LogFilterFlowRunId(any_=[flow_run_id]))
-        )
         found = client.read_artifacts(
             artifact_filter=ArtifactFilter(flow_run_id=ArtifactFilterFlowRunId(any_=[flow_run_id]))
         )
@@ -846,10 +842,8 @@ def _flow_run_text(flow_run_id: str) -> str:
     messages of the run and its tasks."""
     from prefect.client.schemas.filters import TaskRunFilter, TaskRunFilterFlowRunId
 
+    logs = server_logs(flow_run_id)
     with get_client(sync_client=True) as client:
-        logs = client.read_logs(
-            log_filter=LogFilter(flow_run_id=LogFilterFlowRunId(any_=[flow_run_id]))
-        )
         found = client.read_artifacts(
             artifact_filter=ArtifactFilter(flow_run_id=ArtifactFilterFlowRunId(any_=[flow_run_id]))
         )
