@@ -23,6 +23,7 @@ import pytest
 from prefect_stack import AUTH_USER, VENV_BIN, PrefectStack, epoch, run_folders, write_secret
 
 from das.prefect_auth import basic_authorization
+from das.runs.ledger import LedgerStore, PrivacyLedger
 
 pytestmark = [pytest.mark.e2e, pytest.mark.slow]
 
@@ -157,6 +158,12 @@ def test_killed_run_retried_from_the_ui_resumes_without_redraw(
     assert not alive, f"{len(alive)} Dask process(es) of the killed flow process outlived it"
     drawn = _noise_files(killed_out)
     assert drawn
+    # What the ledger recorded at the kill is what a resume may reuse. A file written in the
+    # instant before its record (the kill came as the first files appeared) is not: it is
+    # drawn again under a new name, and the unrecorded file is left untouched, never used.
+    killed_ledger = PrivacyLedger(LedgerStore.in_directory(stack.base / "killed" / "ledger"))
+    recorded = {record.file for record in killed_ledger.draws(run).values()}
+    assert recorded <= {path.name for path in drawn}
 
     stack.retry_as_the_ui_does(run)
     clean_env = outside_production(stack.base / "clean" / "ledger")
@@ -178,8 +185,10 @@ def test_killed_run_retried_from_the_ui_resumes_without_redraw(
     clean_audit = json.loads((clean_out / "audit.json").read_text())
     total = clean_audit["draws"]["fresh"]
     assert audit["run_id"] == run  # the Retry resumed the flow run's own run folder
-    assert audit["draws"]["reused"] == len(drawn)
-    assert audit["draws"]["fresh"] == total - len(drawn)  # only what was never drawn
+    assert audit["draws"]["reused"] == len(recorded)
+    assert audit["draws"]["fresh"] == total - len(recorded)  # only what was never recorded
+    final = {record.file for record in killed_ledger.draws(run).values()}
+    assert recorded <= final and not ({path.name for path in drawn} - recorded) & final
 
 
 def _paused(stack: PrefectStack, flow_run_id: str, timeout: float = 600) -> dict:
