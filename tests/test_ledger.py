@@ -502,4 +502,6 @@ def test_a_refusal_and_its_next_step_read_as_two_sentences() -> None:
             == "Nothing was read or drawn. Next step: das ledger approve ..."
         )
         assert refusal.explained("deployment").endswith("drawn. Next step: approve it in the UI")
+    closing = RunRefused("refused (a reason in brackets)", remedy).explained("cli")
+    assert closing.startswith("refused (a reason in brackets). Next step: ")
     assert RunRefused("no step").explained("cli") == "no step"

@@ -77,7 +77,8 @@ class RunRefused(RuntimeError):
         message = str(self).rstrip()
         if step is None:
             return message
-        return f"{message if message.endswith(('.', ')')) else message + '.'} Next step: {step}"
+        sentence = message if message.endswith((".", "!", "?")) else message + "."
+        return f"{sentence} Next step: {step}"
 
 
 def production_mode(environ: Mapping[str, str] | None = None) -> bool:
