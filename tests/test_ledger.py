@@ -430,6 +430,48 @@ def test_a_ledger_cut_back_to_before_a_release_is_refused_by_the_releases_anchor
 # --- concurrency ------------------------------------------------------------------------------
 
 
+def _open_in_process(environ: dict[str, str], start, results) -> None:
+    start.wait()
+    try:
+        opened = open_ledger(environ)
+        results.put(("created" if opened.created else "opened", opened.info.ledger_id))
+    except Exception as exc:  # the test reports what each process met
+        results.put((type(exc).__name__, str(exc)))
+
+
+def test_runs_that_find_no_ledger_at_once_create_one_ledger_together(
+    store: LedgerStore, tmp_path: Path
+) -> None:
+    """Outside production the first run creates the ledger: four at the same instant make one
+    ledger, all four use it, none meets a half-made one (it appears whole or not at all)."""
+    context = multiprocessing.get_context("spawn")
+    for attempt in range(3):
+        if store.path is None:
+            _sql(store, "DROP TABLE IF EXISTS das_ledger_entries, das_ledger_key")
+            environ = {"DAS_LEDGER_URL": store.url}
+        else:
+            environ = {"DAS_LEDGER_DIR": str(tmp_path / f"ledger-{attempt}")}
+        start, results = context.Barrier(4), context.Queue()
+        workers = [
+            context.Process(target=_open_in_process, args=(environ, start, results))
+            for _ in range(4)
+        ]
+        for worker in workers:
+            worker.start()
+        outcomes = sorted(results.get(timeout=60) for _ in workers)
+        for worker in workers:
+            worker.join(10)
+        assert [kind for kind, _ in outcomes] == ["created", "opened", "opened", "opened"], outcomes
+        assert len({ledger_id for _, ledger_id in outcomes}) == 1
+        opened = open_ledger(environ)
+        assert opened.ledger.verify() == [] and opened.info.head_seq == 1
+        if store.path is None:
+            continue
+        folder = Path(environ["DAS_LEDGER_DIR"])
+        assert [p.name for p in folder.iterdir()] == [store.path.name]  # no drafts left
+        assert oct((folder / store.path.name).stat().st_mode & 0o777) == "0o600"
+
+
 def _authorize_in_process(url: str, run_id: str, start, results) -> None:
     ledger = PrivacyLedger(LedgerStore(url))
     data = ledger.dataset_id("f" * 64)

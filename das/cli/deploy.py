@@ -255,8 +255,8 @@ def ledger_id(store: LedgerStore, local: bool) -> str:
         blank = store.file_state() == "absent" or (
             store.file_state() == "server" and not store.has_tables()
         )
-        if local and blank:
-            info = PrivacyLedger.initialize(store).info()
+        if local and blank and PrivacyLedger.create_if_absent(store):
+            info = PrivacyLedger(store).info()
             print(f"das deploy: created the local privacy ledger {info.ledger_id} at "
                   f"{info.location}", flush=True)  # fmt: skip
             return info.ledger_id

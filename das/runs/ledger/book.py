@@ -161,6 +161,39 @@ def who() -> str:
     return f"{user}@{socket.gethostname()}"
 
 
+def _ceilings(ceilings: Mapping[str, Fraction] | None) -> dict[str, Fraction]:
+    """A new ledger's ceilings per pass: the system's maxima, lowered where asked."""
+    limits = dict(MAX_PASS_TOTAL)
+    for definition, value in (ceilings or {}).items():
+        if definition not in limits:
+            raise ValueError(f"unknown privacy definition {definition!r}")
+        value = Fraction(value)
+        if not 0 < value <= MAX_PASS_TOTAL[definition]:
+            unit = "rho" if definition == ZCDP else "epsilon"
+            raise ValueError(
+                f"a ceiling of {unit} {decimal_text(value)} per pass is outside (0, "
+                f"{decimal_text(MAX_PASS_TOTAL[definition])}], the largest this system accepts"
+            )
+        limits[definition] = value
+    return limits
+
+
+def _first_entries(db: LedgerTransaction, limits: Mapping[str, Fraction]) -> None:
+    """A new ledger's secret key and its ``init`` entry, which names it and commits to it."""
+    key = secrets.token_hex(32)
+    db.set_key(key)
+    db.append(
+        "init",
+        {
+            "format": LEDGER_FORMAT,
+            "ledger_id": str(uuid.uuid4()),
+            "ceilings": {d: fraction_text(v) for d, v in sorted(limits.items())},
+            "key_sha256": hashlib.sha256(key.encode()).hexdigest(),
+            "by": who(),
+        },
+    )
+
+
 @dataclass(frozen=True)
 class PassSpend:
     """One pass of an authorized spend: before, this run, the new cumulative total."""
@@ -390,41 +423,25 @@ class PrivacyLedger:
         cls, store: LedgerStore, ceilings: Mapping[str, Fraction] | None = None
     ) -> PrivacyLedger:
         """Create the ledger: tables, secret key, the ``init`` entry. Refuses an existing one."""
-        limits = dict(MAX_PASS_TOTAL)
-        for definition, value in (ceilings or {}).items():
-            if definition not in limits:
-                raise ValueError(f"unknown privacy definition {definition!r}")
-            value = Fraction(value)
-            if not 0 < value <= MAX_PASS_TOTAL[definition]:
-                unit = "rho" if definition == ZCDP else "epsilon"
-                raise ValueError(
-                    f"a ceiling of {unit} {decimal_text(value)} per pass is outside (0, "
-                    f"{decimal_text(MAX_PASS_TOTAL[definition])}], the largest this system accepts"
-                )
-            limits[definition] = value
-        if store.file_state() == "empty" or store.has_tables():
+        limits = _ceilings(ceilings)
+        if (
+            store.file_state() == "empty"
+            or store.has_tables()
+            or not store.create(lambda db: _first_entries(db, limits))
+        ):
             raise LedgerRefused(
                 f"{store.location} exists already (an empty file, or the ledger's tables): a "
                 "ledger that was emptied is not a new ledger. Restore it from its backup, or "
                 "move the file (drop the tables) away deliberately first"
             )
-        store.create()
-        key = secrets.token_hex(32)
-        with store.transaction(write=True) as db:
-            if db.head() is not None or db.key() is not None:
-                raise LedgerRefused(f"privacy ledger {store.location} already exists")
-            db.set_key(key)
-            db.append(
-                "init",
-                {
-                    "format": LEDGER_FORMAT,
-                    "ledger_id": str(uuid.uuid4()),
-                    "ceilings": {d: fraction_text(v) for d, v in sorted(limits.items())},
-                    "key_sha256": hashlib.sha256(key.encode()).hexdigest(),
-                    "by": who(),
-                },
-            )
         return cls(store)
+
+    @classmethod
+    def create_if_absent(cls, store: LedgerStore) -> bool:
+        """Create a ledger with the default ceilings where there is none; False when another
+        process created one there first (then use that one)."""
+        limits = _ceilings(None)
+        return store.create(lambda db: _first_entries(db, limits))
 
     def initialized(self) -> bool:
         if not self.store.has_tables():

@@ -116,8 +116,7 @@ def open_ledger(environ: Mapping[str, str] | None = None) -> OpenedLedger:
     state = store.file_state()
     blank = state == "absent" or (state == "server" and not store.has_tables())
     if not production_mode(environ) and blank:
-        PrivacyLedger.initialize(store)
-        created = True
+        created = PrivacyLedger.create_if_absent(store)
     info = ledger.require_intact()
     pinned = (environ.get(LEDGER_ID_ENV) or "").strip()
     if not pinned and production_mode(environ):

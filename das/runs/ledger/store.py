@@ -24,7 +24,8 @@ import hashlib
 import json
 import os
 import threading
-from collections.abc import Iterable, Iterator, Mapping
+import uuid
+from collections.abc import Callable, Iterable, Iterator, Mapping
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -50,6 +51,8 @@ from sqlalchemy.pool import NullPool
 from das.runs.policy import RunRefused
 
 LEDGER_FILE = "ledger.sqlite"
+# PostgreSQL advisory lock held while a ledger's tables and first entries are created.
+CREATE_LOCK_KEY = 0x0DA5_1ED6
 GENESIS_PREV = "0" * 64
 
 metadata = MetaData()
@@ -184,6 +187,13 @@ def engine_for(url: str) -> Engine:
         return engine
 
 
+def _forget_engine(url: str) -> None:
+    with _ENGINES_LOCK:
+        engine = _ENGINES.pop(url, None)
+    if engine is not None:
+        engine.dispose()
+
+
 def shown_url(url: str) -> str:
     """A URL fit for messages and artifacts: the password hidden."""
     return make_url(url).render_as_string(hide_password=True)
@@ -241,15 +251,49 @@ class LedgerStore:
     def engine(self) -> Engine:
         return engine_for(self.url)
 
-    def create(self) -> None:
-        """Create the tables (and, for SQLite, a private folder and file)."""
+    def create(self, first_entries: Callable[[LedgerTransaction], None]) -> bool:
+        """Create the ledger whole, its tables and ``first_entries``, or not at all.
+
+        False when another process created it first: two runs that find no ledger and create
+        one at the same moment end up with one ledger, never a half-made one (a SQLite file is
+        made under a private name and linked into place; PostgreSQL creates it in one
+        transaction under an advisory lock).
+        """
         path = self.path
-        if path is not None:
-            path.parent.mkdir(parents=True, exist_ok=True, mode=0o700)
-            if not path.exists():
-                os.close(os.open(path, os.O_CREAT | os.O_WRONLY, 0o600))
-        with self._errors():
-            metadata.create_all(self.engine)
+        if path is None:
+            return self._create_on_server(first_entries)
+        path.parent.mkdir(parents=True, exist_ok=True, mode=0o700)
+        draft = path.with_name(f".{path.name}.{uuid.uuid4().hex}.new")
+        os.close(os.open(draft, os.O_CREAT | os.O_EXCL | os.O_WRONLY, 0o600))
+        try:
+            draft_store = LedgerStore(f"sqlite:///{draft}")
+            with draft_store._errors():
+                metadata.create_all(draft_store.engine)
+            with draft_store.transaction(write=True) as db:
+                first_entries(db)
+            _forget_engine(draft_store.url)
+            try:
+                os.link(draft, path)  # fails if anything is at the ledger's name already
+            except FileExistsError:
+                return False
+            directory = os.open(path.parent, os.O_RDONLY)
+            try:
+                os.fsync(directory)
+            finally:
+                os.close(directory)
+            return True
+        finally:
+            draft.unlink(missing_ok=True)
+
+    def _create_on_server(self, first_entries: Callable[[LedgerTransaction], None]) -> bool:
+        with self._errors(), self.engine.begin() as connection:
+            connection.exec_driver_sql(f"SELECT pg_advisory_xact_lock({CREATE_LOCK_KEY})")
+            metadata.create_all(connection)
+            db = LedgerTransaction(connection)
+            if db.head() is not None or db.key() is not None:
+                return False
+            first_entries(db)
+            return True
 
     def has_tables(self) -> bool:
         if self.file_state() in ("absent", "empty"):
