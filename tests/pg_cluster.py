@@ -63,6 +63,16 @@ SETTINGS = {
 }
 
 
+def wait_or_kill(process: subprocess.Popen, timeout: float = 30) -> None:
+    """Wait for a process asked to stop; kill its process group if it does not in time."""
+    try:
+        process.wait(timeout=timeout)
+    except subprocess.TimeoutExpired:
+        with contextlib.suppress(ProcessLookupError):
+            os.killpg(process.pid, signal.SIGKILL)
+        process.wait(timeout=timeout)
+
+
 class PostgresUnavailable(RuntimeError):
     """PostgreSQL could not be installed, initialised or started (the message says why)."""
 
@@ -316,12 +326,7 @@ class PostgresCluster:
             return
         with contextlib.suppress(ProcessLookupError):
             os.kill(process.pid, signal.SIGINT)
-        try:
-            process.wait(timeout=30)
-        except subprocess.TimeoutExpired:
-            with contextlib.suppress(ProcessLookupError):
-                os.killpg(process.pid, signal.SIGKILL)
-            process.wait(timeout=30)
+        wait_or_kill(process)
 
     def log_tail(self, lines: int = 30) -> str:
         if not self.log.is_file():
