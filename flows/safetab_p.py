@@ -32,6 +32,7 @@ from das.privacy.accounting import PrivacyAccountant, summarize  # noqa: E402
 from das.runs.policy import RunRefused  # noqa: E402
 from das.runs.start import RunInputs  # noqa: E402
 from das.safetab_p.parameters import parse_parameters, run_inputs  # noqa: E402
+from das.safetab_p.streamed import noise_files_in_use  # noqa: E402
 from flows.runner import task_runner_from_env  # noqa: E402
 from tasks.common import input_path, record_draws, run_once, settled, validation_gate  # noqa: E402
 from tasks.refusal import refused, released  # noqa: E402
@@ -187,7 +188,12 @@ def _release(request: RunRequest, inputs: RunInputs, delta: float) -> dict[str, 
             )  # fmt: skip
             run_once(steps, "combine-cells", lambda: combine_cells_task(job))
         with run.stage("write"):
+            # the noise the tables add is what the ledger recorded: before and after they read it
+            in_use = noise_files_in_use(job.config, job.specs, job.folder)
+            run.check_noise(in_use)
             outputs = write_tables(job, str(run.staging))
+            after = noise_files_in_use(job.config, job.specs, job.folder)
+            run.check_noise(in_use if after == in_use else after)  # a changed name fails it
         with run.stage("publish"):
             run.publish(outputs, accountants, delta)
     return audit.record

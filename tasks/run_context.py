@@ -247,6 +247,11 @@ class ReleaseRun:
         """What every noise store of this attempt answers to."""
         return DrawLedger(self.ledger, self.run_id, self.state.attempt)
 
+    def check_noise(self, files: Mapping[str, str]) -> None:
+        """The noise files about to be read (or just read) are the ones the ledger recorded,
+        unchanged (:meth:`DrawLedger.check_files`)."""
+        self.draws.check_files(self.folder.noise_dir, files)
+
     @property
     def context(self) -> str:
         return request_context(self.request)

@@ -33,7 +33,6 @@ from typing import Any
 from urllib.parse import urlsplit, urlunsplit
 
 import httpx
-from pg_cluster import wait_or_kill
 
 REPO = Path(__file__).resolve().parents[1]
 VENV_BIN = Path(sys.executable).parent
@@ -174,6 +173,8 @@ class PrefectStack:
             if process.poll() is None:
                 with contextlib.suppress(ProcessLookupError):
                     os.killpg(process.pid, signal.SIGTERM)
+        from pg_cluster import wait_or_kill  # a pytest plugin: imported once pytest has it
+
         for process in self.processes.values():
             wait_or_kill(process)
 

@@ -355,6 +355,61 @@ def test_a_forged_run_folder_with_zero_noise_is_never_released(
     assert not copy.exists() and len(count_samples) == drawn
 
 
+def _zero_in_place(folder: RunFolder) -> None:
+    """The hostile edit during a run: zeros written into every noise file, in place."""
+    for path in folder.noise_dir.glob("*.npy"):
+        noise = np.lib.format.open_memmap(path, mode="r+")
+        noise[:] = 0
+        noise.flush()
+        del noise
+
+
+def _point_levels_at_zeros(folder: RunFolder) -> None:
+    """The other hostile edit: the levels' work files pointed at zero-filled copies."""
+    for listed in (folder.root / "work").rglob("noise.json"):
+        files = json.loads(listed.read_text())
+        for stage, name in files.items():
+            zeros = Path(name).with_name(f"zeros-{Path(name).name}")
+            np.save(zeros, np.zeros_like(np.load(name)))
+            files[stage] = str(zeros)
+        listed.write_text(json.dumps(files))
+
+
+@pytest.mark.parametrize(
+    ("when", "edit"),
+    [("before", _zero_in_place), ("while", _zero_in_place), ("while", _point_levels_at_zeros)],
+)
+def test_noise_changed_in_the_run_folder_while_the_run_writes_is_never_released(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capfd, when: str, edit
+) -> None:
+    """After the draws, before or while the tables are written, the noise they add is zeroed
+    (in place, or by pointing the work files elsewhere): the release would be exact counts
+    labelled private. The run checks the files against the ledger before and after the write
+    and publishes nothing."""
+    config, data, out = _params(tmp_path), _data(tmp_path), tmp_path / "out"
+    folder = RunFolder(out, "Z")
+    write, cells = safetab_tasks.write_release_tables, safetab_tasks.combine_cells
+
+    def combine_then_edit(*args, **kwargs):
+        cells(*args, **kwargs)
+        edit(folder)
+
+    def edit_then_write(*args, **kwargs):
+        edit(folder)
+        return write(*args, **kwargs)
+
+    if when == "before":
+        monkeypatch.setattr(safetab_tasks, "combine_cells", combine_then_edit)
+    else:
+        monkeypatch.setattr(safetab_tasks, "write_release_tables", edit_then_write)
+    assert _run(config, data, out, "--skip-validation", "--run-id", "Z") == 1
+    err = capfd.readouterr().err
+    assert "NoiseDigestError" in err and "the release is not published" in err
+    assert not out.exists()
+    spent = _ledger().run("Z")
+    assert spent is not None and spent.counting  # the spend stays recorded
+
+
 # --- 5: the same people re-encoded are the same dataset ------------------------------------------
 
 

@@ -41,7 +41,7 @@ import io
 import json
 import secrets
 import threading
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -63,6 +63,10 @@ class NoiseDigestError(RuntimeError):
     """A stored noise vector is missing or does not match its ledger digest; nothing is redrawn."""
 
 
+_TAMPERED = (
+    "Something wrote into the run folder while the run used it: keep the folder for review; "
+    "the spend stays recorded"
+)
 _NO_RESUME = (
     "This run cannot be resumed (its spend stays recorded); start a new run with another run "
     "id, within the dataset's approvals; keep this run folder for `das ledger verify`"
@@ -117,6 +121,33 @@ class DrawLedger:
 
     def record(self, name: str, digest: str, size: int, file: str) -> DrawRecord:
         return self.ledger.record_draw(self.run_id, self.attempt, name, digest, size, file)
+
+    def check_files(self, noise_dir: Path, files: Mapping[str, str | Path]) -> None:
+        """The noise files a stage is about to read (or has read), by measurement name, are
+        the very files the ledger recorded, with the recorded size and sha256.
+
+        A noise file is written once, when drawn; a run folder's work files then name it. A
+        file edited afterwards (zeros written into it in place) or a work file pointed at
+        another file would put other noise into a release labelled private: checked before the
+        release is written and again before it is sealed, it stops the run instead.
+        """
+        recorded = self.ledger.draws(self.run_id)
+        for name, path in sorted(files.items()):
+            record = recorded.get(name)
+            path = Path(path)
+            expected = noise_dir / record.file if record is not None else None
+            if expected is None or path.resolve() != expected.resolve():
+                raise NoiseDigestError(
+                    f"{name}: the run folder names a noise file the ledger did not record; the "
+                    f"release is not published. {_TAMPERED}"
+                )
+            shape, dtype = npy_info(path) if path.is_file() else ((), None)
+            same = dtype == np.int64 and shape == (record.size,)
+            if not same or npy_data_digest(path) != record.digest:
+                raise NoiseDigestError(
+                    f"{name}: its noise file changed after it was drawn (size or sha256 differ "
+                    f"from the ledger's record); the release is not published. {_TAMPERED}"
+                )
 
 
 class NoiseStore:

@@ -191,6 +191,22 @@ def plan_by_partition(
     return grouped
 
 
+def noise_files_in_use(
+    config: SafeTabPConfig, specs: RaceEthnicitySpecs, work: WorkFolder
+) -> dict[str, str]:
+    """The noise file each measurement's answers are read from when the tables are written
+    (the levels' ``noise.json``), by measurement name: what the run checks against the ledger."""
+    files: dict[str, str] = {}
+    for partition, measurements in plan_by_partition(config, specs).items():
+        listed = work.level(partition) / "noise.json"
+        if not listed.is_file():
+            continue  # a level the run did not measure (its pass is off): nothing is read
+        for stage, path in json.loads(listed.read_text()).items():
+            # a stage the plan does not have is named as such, and matches no ledger record
+            files[measurements[stage].name if stage in measurements else stage] = str(path)
+    return files
+
+
 def pass_of_state(state: int) -> str:
     return "PR" if state == 72 else "US"
 
