@@ -394,6 +394,30 @@ def test_an_edited_or_deleted_entry_breaks_the_chain_and_the_ledger_is_refused(
         ledger.require_intact()
 
 
+def test_a_forged_well_hashed_entry_that_un_counts_a_spend_is_ignored_and_named(
+    ledger: PrivacyLedger,
+) -> None:
+    """Someone who can write the database and knows the chain's hash appends entries that
+    would return a spend that drew: the chain is intact, but the run still counts, verify names
+    the entries and runs refuse the ledger."""
+    data = _spent_ledger(ledger)
+    ledger.start_drawing("a", 1)
+    ledger.charge_draw("a", 1, "US/USA/1/stage-1")
+    totals = ledger.totals(data)
+    with ledger.store.transaction(write=True) as db:
+        db.append("run-released", {"reason": "records changed"}, run_id="a")
+        db.append(
+            "spend-authorized", {"passes": []}, run_id="a", dataset=ledger.dataset_id("e" * 64)
+        )
+    assert ledger.run("a").status == "drawing" and ledger.totals(data) == totals
+    problems = ledger.verify()
+    assert any("run a: entry" in p and "returns the spend of a run that drew" in p
+               for p in problems)  # fmt: skip
+    assert any("authorizes a run already counted as spent" in p for p in problems)
+    with pytest.raises(LedgerRefused, match="fails its integrity check"):
+        ledger.require_intact()
+
+
 def test_a_deleted_middle_entry_or_a_replaced_key_is_found(
     store: LedgerStore, ledger: PrivacyLedger
 ) -> None:

@@ -289,6 +289,9 @@ class RunState:
     completed: dict[str, Any] | None = None
     manifests: list[str] = field(default_factory=list)  # every MANIFEST it published
     opened: str = ""
+    # entries this code never writes in that order (a forged, well-hashed append): ignored
+    # when they would lower the spend, and named by verify()
+    out_of_order: list[str] = field(default_factory=list)
 
     @property
     def counting(self) -> bool:
@@ -316,11 +319,17 @@ class RunState:
 
 
 def fold_run(entries: Iterable[Entry]) -> RunState | None:
-    """A run's state from its entries (in chain order)."""
+    """A run's state from its entries (in chain order).
+
+    The ledger writes a run's entries in one order (opened → authorized → drawing → sealed →
+    completed; released only before the first draw). An entry out of that order cannot come
+    from this code: it is recorded in ``out_of_order`` and, where it would un-count a spend
+    (released after drawing, authorized again), ignored.
+    """
     state: RunState | None = None
     for entry in entries:
         data = entry.payload
-        if entry.kind == "run-opened":
+        if entry.kind == "run-opened" and state is None:
             state = RunState(
                 run_id=str(entry.run_id),
                 binding=data["binding"],
@@ -332,6 +341,11 @@ def fold_run(entries: Iterable[Entry]) -> RunState | None:
             continue
         if state is None:
             continue
+        unexpected = _out_of_order(state, entry.kind)
+        if unexpected:
+            state.out_of_order.append(f"entry {entry.seq} ({entry.kind}) {unexpected}")
+            if entry.kind in ("run-opened", "spend-authorized", "run-released"):
+                continue
         if entry.kind == "run-resumed":
             state.attempt = int(data["attempt"])
         elif entry.kind == "spend-authorized":
@@ -362,6 +376,25 @@ def fold_run(entries: Iterable[Entry]) -> RunState | None:
             state.completed = data
             state.manifests.append(str(data["manifest_sha256"]))
     return state
+
+
+def _out_of_order(state: RunState, kind: str) -> str:
+    """Why ``kind`` cannot follow ``state`` as this code writes a run (empty: it can)."""
+    if kind == "run-opened":
+        return "opens a run that is open already"
+    if kind == "spend-authorized" and state.counting:
+        return f"authorizes a run already counted as spent (status {state.status})"
+    if kind == "run-released" and (state.status not in ("reserved", "authorized") or state.charged):
+        return f"returns the spend of a run that drew (status {state.status})"
+    if kind in ("drawing-started", "draw-charged") and state.status not in (
+        "authorized",
+        "drawing",
+        "completed",
+    ):
+        return f"draws for a run without an authorized spend (status {state.status})"
+    if kind == "run-completed" and state.sealed_release is None:
+        return "completes a run whose release was never sealed"
+    return ""
 
 
 def _approvals(entries: Iterable[Entry]) -> list[dict[str, Any]]:
@@ -497,6 +530,14 @@ class PrivacyLedger:
         commitment = entries[0].payload.get("key_sha256") if entries[0].kind == "init" else None
         if key is None or hashlib.sha256(key.encode()).hexdigest() != commitment:
             problems.append("the ledger's key does not match the commitment of its init entry")
+        by_run: dict[str, list[Entry]] = {}
+        for entry in entries:
+            if entry.run_id is not None:
+                by_run.setdefault(entry.run_id, []).append(entry)
+        for run_id, run_entries in by_run.items():
+            state = fold_run(run_entries)
+            for problem in state.out_of_order if state is not None else ():
+                problems.append(f"run {run_id}: {problem}, which no run writes (forged?)")
         return problems
 
     def require_intact(self) -> LedgerInfo:
