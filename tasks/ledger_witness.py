@@ -30,7 +30,7 @@ from prefect.client.schemas.sorting import ArtifactSort
 from das.runs.ledger import LedgerInfo, LedgerRefused, PrivacyLedger, witness_problems
 
 KEY_PREFIX = "privacy-ledger"
-RECENT = 50  # heads read back per lookup: the newest ones hold the longest history
+PAGE = 200  # heads read back per request
 
 
 def _place(location: str) -> str:
@@ -59,12 +59,20 @@ def post_head(info: LedgerInfo, moment: str) -> None:
 
 
 def _recorded(like: str) -> Iterator[dict[str, Any]]:
+    """Every head recorded under keys ``like``: all of them, page by page (reading only the
+    newest would let fifty forged heads posted through the API hide the real ones)."""
+    found = []
     with get_client(sync_client=True) as client:
-        found = client.read_artifacts(
-            artifact_filter=ArtifactFilter(key=ArtifactFilterKey(like_=like)),
-            sort=ArtifactSort.CREATED_DESC,
-            limit=RECENT,
-        )
+        while True:
+            page = client.read_artifacts(
+                artifact_filter=ArtifactFilter(key=ArtifactFilterKey(like_=like)),
+                sort=ArtifactSort.CREATED_DESC,
+                limit=PAGE,
+                offset=len(found),
+            )
+            found += page
+            if len(page) < PAGE:
+                break
     for artifact in found:
         data = artifact.data
         rows = json.loads(data) if isinstance(data, str) else data
@@ -77,37 +85,51 @@ def _head(row: Mapping[str, Any]) -> dict[str, Any]:
     return {"id": row["ledger"], "seq": row["entry"], "hash": row["hash"]}
 
 
-def witnessed_problems(ledger: PrivacyLedger, info: LedgerInfo) -> tuple[list[str], list[str]]:
-    """(problems, replaced): heads the server recorded for this ledger that it no longer holds;
-    and the other ledgers the server saw at this location before."""
-    mine = [
-        ("the Prefect server", _head(row))
-        for row in _recorded(f"{KEY_PREFIX}-%-{info.ledger_id.lower()}")
-    ]
-    problems = witness_problems(ledger, info, mine)
+def witnessed_problems(
+    ledger: PrivacyLedger, info: LedgerInfo, run_id: str | None = None
+) -> tuple[list[str], list[str], int]:
+    """(problems, replaced, heads): heads the server recorded for this ledger that it no
+    longer holds — or none at all although runs other than ``run_id`` spent against it (a
+    server that never saw this ledger vouches for nothing); the other ledgers the server saw
+    at this location before; how many heads were checked."""
+    rows = list(_recorded(f"{KEY_PREFIX}-%-{info.ledger_id.lower()}"))
+    problems = witness_problems(ledger, info, [("the Prefect server", _head(r)) for r in rows])
+    if not rows:
+        spent = [r.run_id for r in ledger.runs() if r.dataset is not None and r.run_id != run_id]
+        if spent:
+            problems.append(
+                f"this Prefect server holds no head of ledger {info.ledger_id}, yet "
+                f"{len(spent)} run(s) spent against it: it is not the server their runs "
+                "reported to (PREFECT_API_URL unset or another server), so it cannot show "
+                "whether the ledger was cut back or restored from an old copy"
+            )
     others = sorted({
         str(row["ledger"]) for row in _recorded(f"{KEY_PREFIX}-{_place(info.location)}-%")
         if row.get("ledger") != info.ledger_id and row.get("location") == info.location
     })  # fmt: skip
-    return problems, others
+    return problems, others, len(rows)
 
 
 def require_witnessed(
-    ledger: PrivacyLedger, info: LedgerInfo, production: bool
+    ledger: PrivacyLedger, info: LedgerInfo, production: bool, run_id: str | None = None
 ) -> list[str]:
     """Refuse a ledger that lost a head the Prefect server recorded, or (production) one that
-    replaced another at its location; outside production the latter is a warning, returned."""
-    problems, others = witnessed_problems(ledger, info)
+    replaced another at its location or that this server never witnessed; outside production
+    the latter two are warnings, returned."""
+    problems, others, heads = witnessed_problems(ledger, info, run_id)
     replaced = (
         f"the Prefect server recorded another privacy ledger at {info.location} before "
         f"({', '.join(others)}); this is ledger {info.ledger_id}: the spend recorded in that "
         "one is not counted here"
     )
+    unwitnessed = [p for p in problems if not heads] if not production else []
+    problems = [p for p in problems if p not in unwitnessed]
     if problems or (others and production):
         raise LedgerRefused(
             f"privacy ledger {info.location} is not the ledger the Prefect server saw: "
             + "; ".join([*problems, *([replaced] if others else [])])
-            + ". It was cut back, restored from an old copy, rewritten or replaced; nothing "
-            "can be spent against it until it is restored (`das ledger verify` reports)"
+            + ". It was cut back, restored from an old copy, rewritten or replaced, or this is "
+            "not the Prefect server its runs reported to; nothing can be spent against it until "
+            "that is put right (`das ledger verify` reports)"
         )
-    return [replaced] if others else []
+    return [*unwitnessed, *([replaced] if others else [])]

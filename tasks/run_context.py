@@ -489,7 +489,7 @@ def release_run(request: RunRequest, inputs: RunInputs, parse: Parse) -> Iterato
             "created a new privacy ledger at %s (it knows no earlier spend; outside production "
             "every run of this user records its spend there)", info.location,
         )  # fmt: skip
-    notices = require_witnessed(ledger, info, check.production)
+    notices = require_witnessed(ledger, info, check.production, run_id)
     for notice in notices:
         logger.warning("%s", notice)
     created_work = not folder.work_dir.exists()

@@ -507,6 +507,17 @@ def test_a_ledger_restored_from_an_old_copy_or_cut_back_is_refused_wherever_the_
     assert _run(config, data, tmp_path / "first") == 0
     drawn = len(count_samples)
     shutil.copy(backup, ledger / "ledger.sqlite")  # the spend forgotten, the approval kept
+    # Any API user can post artifacts: sixty heads the restored ledger holds, posted last,
+    # do not hide the ones it lost (every head is read, not the newest fifty).
+    from prefect.artifacts import create_table_artifact
+
+    from tasks.ledger_witness import witness_key
+
+    info = PrivacyLedger(LedgerStore.in_directory(ledger)).info()
+    forged = {"ledger": info.ledger_id, "location": info.location, "entry": info.head_seq,
+              "hash": info.head_hash, "moment": "forged"}  # fmt: skip
+    for _ in range(60):
+        create_table_artifact(table=[forged], key=witness_key(info))
     assert das_main(["ledger", "verify", "--ledger", str(ledger)]) == 1
     assert "not the ledger the Prefect server saw" in capfd.readouterr().out
     assert _run(config, data, tmp_path / "elsewhere" / "second") == 2
@@ -519,6 +530,32 @@ def test_a_ledger_restored_from_an_old_copy_or_cut_back_is_refused_wherever_the_
     assert _run(config, data, tmp_path / "third") == 2
     assert "cut or rewritten" in capfd.readouterr().err
     assert len(count_samples) == drawn
+
+
+def test_a_prefect_server_that_never_saw_the_ledger_vouches_for_nothing(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, count_samples: list[str], capfd
+) -> None:
+    """A run pointed at another Prefect server (or a fresh temporary one) finds no head of a
+    ledger that runs spent against: a restored ledger would pass unseen, so production
+    refuses, outside production it is a notice, and verify fails."""
+    import tasks.ledger_witness as witness
+
+    ledger = _production(tmp_path, monkeypatch)
+    config, data = _params(tmp_path, half=True), _data(tmp_path)
+    _approve(config, data)
+    assert _run(config, data, tmp_path / "first") == 0
+    drawn = len(count_samples)
+    monkeypatch.setattr(witness, "_recorded", lambda like: iter(()))  # the other server
+    _approve(config, data)
+    assert _run(config, data, tmp_path / "second") == 2
+    assert "holds no head of ledger" in capfd.readouterr().err
+    assert len(count_samples) == drawn and not (tmp_path / "second").exists()
+    assert das_main(["ledger", "verify", "--ledger", str(ledger)]) == 1
+    assert "holds no head of ledger" in capfd.readouterr().out
+    monkeypatch.delenv("DAS_PRODUCTION")
+    assert _run(config, data, tmp_path / "third", "--cumulative-total", "US=6.27") == 0
+    (notice,) = _audit(tmp_path / "third")["privacy_ledger"]["notices"]
+    assert "holds no head of ledger" in notice
 
 
 def test_outside_production_a_re_created_ledger_is_announced_as_a_new_history(

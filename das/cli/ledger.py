@@ -385,12 +385,12 @@ def _witnessed(ledger: Any, info: Any) -> dict[str, Any]:
     try:
         from tasks.ledger_witness import witnessed_problems
 
-        problems, others = witnessed_problems(ledger, info)
+        problems, others, heads = witnessed_problems(ledger, info)
     except Exception as exc:  # the server is unreachable or refuses us: say so, fail closed
         where = os.environ.get("PREFECT_API_URL") or "the local temporary Prefect server"
         reason = (str(exc).splitlines() or [""])[0]
         return {"checked": False, "reason": f"{where}: {type(exc).__name__}: {reason}"}
-    return {"checked": True, "problems": problems, "other_ledgers_here": others}
+    return {"checked": True, "heads": heads, "problems": problems, "other_ledgers_here": others}
 
 
 def _verify(args: argparse.Namespace) -> int:
@@ -435,8 +435,9 @@ def _verify(args: argparse.Namespace) -> int:
             print(f"Prefect server: COULD NOT BE ASKED: {witness['reason']}")
         else:
             verdict = "not the ledger the Prefect server saw" if witness["problems"] else (
-                "the ledger holds every head it recorded")  # fmt: skip
-            print(f"Prefect server: {verdict}")
+                f"the ledger holds all {witness['heads']} head(s) it recorded")  # fmt: skip
+            where = os.environ.get("PREFECT_API_URL") or "the local temporary server"
+            print(f"Prefect server ({where}): {verdict}")
             for problem in witness["problems"]:
                 print(f"  - {problem}")
             if witness["other_ledgers_here"]:
