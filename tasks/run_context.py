@@ -537,6 +537,7 @@ def release_run(request: RunRequest, inputs: RunInputs, parse: Parse) -> Iterato
             privacy_ledger={
                 "ledger": info.location,
                 "ledger_id": info.ledger_id,
+                "production": check.production,
                 "created_now": opened.created,
                 "notices": notices,
                 "dataset": state.dataset,

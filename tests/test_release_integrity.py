@@ -556,6 +556,13 @@ def test_a_prefect_server_that_never_saw_the_ledger_vouches_for_nothing(
     assert _run(config, data, tmp_path / "third", "--cumulative-total", "US=6.27") == 0
     (notice,) = _audit(tmp_path / "third")["privacy_ledger"]["notices"]
     assert "holds no head of ledger" in notice
+    # A run outside production needs no approval: its audit and ledger entry say so.
+    assert _audit(tmp_path / "first")["privacy_ledger"]["production"] is True
+    assert _audit(tmp_path / "third")["privacy_ledger"]["production"] is False
+    with _ledger().store.transaction() as db:
+        (entry,) = db.entries(run_id=_audit(tmp_path / "third")["run_id"],
+                              kinds=("spend-authorized",))  # fmt: skip
+    assert entry.payload["production"] is False
 
 
 def test_outside_production_a_re_created_ledger_is_announced_as_a_new_history(

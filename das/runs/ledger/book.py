@@ -789,6 +789,7 @@ class PrivacyLedger:
                     "files": dict(files or {}),
                     "input_stats": dict(input_stats or {}),
                     "ceiling": fraction_text(ceiling),
+                    "production": production,  # a spend without approval shows why
                 },
                 run_id=run_id,
                 dataset=dataset,
