@@ -491,6 +491,8 @@ def test_a_new_emptied_or_swapped_ledger_is_refused_not_read_as_no_spend(
     assert len(count_samples) == drawn and not (releases / "r2").exists()
 
 
+# the test posts heads the way any API user can, outside a flow: Prefect warns about that
+@pytest.mark.filterwarnings("ignore:Artifact creation outside:FutureWarning")
 def test_a_ledger_restored_from_an_old_copy_or_cut_back_is_refused_wherever_the_output_is(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch, count_samples: list[str], capfd
 ) -> None:
