@@ -405,6 +405,7 @@ def test_noise_changed_in_the_run_folder_while_the_run_writes_is_never_released(
     assert _run(config, data, out, "--skip-validation", "--run-id", "Z") == 1
     err = capfd.readouterr().err
     assert "NoiseDigestError" in err and "the release is not published" in err
+    assert "it cannot be resumed" in err and "resume with" not in err
     assert not out.exists()
     spent = _ledger().run("Z")
     assert spent is not None and spent.counting  # the spend stays recorded

@@ -326,8 +326,11 @@ def _run(args: argparse.Namespace) -> int:
         else f"no audit was written; Prefect state: {state.name}"
     )
     detail = f"{type(exc).__name__}: {exc}" if isinstance(exc, BaseException) else state.message
-    print(f"das run {product}: FAILED ({detail}); run {run_id}, resume with --run-id "
-          f"{run_id}; {where}", file=sys.stderr)  # fmt: skip
+    # noise that no longer matches the ledger is never reused: that run cannot go on
+    ended = type(exc).__name__ == "NoiseDigestError"
+    step = "it cannot be resumed" if ended else f"resume with --run-id {run_id}"
+    print(f"das run {product}: FAILED ({detail}); run {run_id}, {step}; {where}",
+          file=sys.stderr)  # fmt: skip
     return EXIT_FAILED
 
 

@@ -105,6 +105,14 @@ def describe_streams(seed: int | None) -> dict[str, Any]:
     }
 
 
+def _stored_as_recorded(path: Path, size: int, digest: str) -> bool:
+    """The ``.npy`` file holds ``size`` int64 values whose data sha256 is ``digest``."""
+    if not path.is_file():
+        return False
+    shape, dtype = npy_info(path)
+    return dtype == np.int64 and shape == (size,) and npy_data_digest(path) == digest
+
+
 @dataclass(frozen=True)
 class DrawLedger:
     """One attempt of one run, as the privacy ledger knows it (picklable: a ledger URL)."""
@@ -141,9 +149,7 @@ class DrawLedger:
                     f"{name}: the run folder names a noise file the ledger did not record; the "
                     f"release is not published. {_TAMPERED}"
                 )
-            shape, dtype = npy_info(path) if path.is_file() else ((), None)
-            same = dtype == np.int64 and shape == (record.size,)
-            if not same or npy_data_digest(path) != record.digest:
+            if not _stored_as_recorded(path, record.size, record.digest):
                 raise NoiseDigestError(
                     f"{name}: its noise file changed after it was drawn (size or sha256 differ "
                     f"from the ledger's record); the release is not published. {_TAMPERED}"
@@ -236,8 +242,7 @@ class NoiseStore:
         """The stored file has ``size`` int64 values whose sha256 is the recorded digest."""
         if not path.is_file():
             raise self._missing(measurement)
-        shape, dtype = npy_info(path)
-        if dtype != np.int64 or shape != (size,) or npy_data_digest(path) != digest:
+        if not _stored_as_recorded(path, size, digest):
             raise self._mismatch(measurement)
 
     def _held(self, measurement: Measurement, size: int) -> tuple[Path, str] | None:
