@@ -59,13 +59,29 @@ def run_case(persons: int) -> dict[str, float]:
     with tempfile.TemporaryDirectory(prefix="das-phsafe-bench-") as scratch:
         data = Path(scratch) / "data"
         subprocess.run(
-            [sys.executable, "-m", "das", "synth", "phsafe", "--output", str(data),
-             "--persons", str(persons), "--seed", "2026"],
-            check=True, capture_output=True, cwd=REPO,
+            [
+                sys.executable,
+                "-m",
+                "das",
+                "synth",
+                "phsafe",
+                "--output",
+                str(data),
+                "--persons",
+                str(persons),
+                "--seed",
+                "2026",
+            ],
+            check=True,
+            capture_output=True,
+            cwd=REPO,
         )
         result = subprocess.run(
             [sys.executable, "-c", _CHILD, str(data), str(Path(scratch) / "out")],
-            check=True, capture_output=True, text=True, cwd=REPO,
+            check=True,
+            capture_output=True,
+            text=True,
+            cwd=REPO,
         )
     return json.loads(result.stdout.strip().splitlines()[-1])
 

@@ -83,8 +83,10 @@ def print_report(reports: dict[str, AccuracyReport], repeats: int) -> None:
         print(f"  {'table':<6}{header}")
         for table, by in by_interval.counts.items():
             print(f"  {table:<6}" + "".join(f"{_cell(by[key]):>17}" for key in COUNT_KEYS))
-        pooled = {key: sum((by[key] for by in by_interval.counts.values()), Share(0, 0))
-                  for key in COUNT_KEYS}
+        pooled = {
+            key: sum((by[key] for by in by_interval.counts.values()), Share(0, 0))
+            for key in COUNT_KEYS
+        }
         print(f"  {'all':<6}" + "".join(f"{_cell(pooled[key]):>17}" for key in COUNT_KEYS))
     print(
         "\nAverage tables (equal-tailed for every interval type): 90% CI coverage of the exact "

@@ -63,4 +63,3 @@ def swap_flow(
         result["invariants_exact"],
     )
     return result
-

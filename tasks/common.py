@@ -127,9 +127,7 @@ TOTAL_LABELS = {
 }
 
 
-def totals_markdown(
-    title: str, accountants: Mapping[str, PrivacyAccountant], delta: float
-) -> str:
+def totals_markdown(title: str, accountants: Mapping[str, PrivacyAccountant], delta: float) -> str:
     """Markdown summary of each pass's totals: unbounded, bounded and (ε, δ), labelled for a
     reader (the audit and ``das budget report --json`` keep the keys)."""
     lines = [f"# {md_escape(title)}", "", f"(ε, δ) conversions at δ = {delta:g}.", ""]
@@ -349,9 +347,7 @@ def run_once(steps: RunSteps, name: str, call: Callable[[], Any]) -> Any:
     return result
 
 
-def settled(
-    futures: Sequence[Any], on_done: Callable[[], None] | None = None
-) -> list[Any]:
+def settled(futures: Sequence[Any], on_done: Callable[[], None] | None = None) -> list[Any]:
     """The results of ``futures`` once *all* of them finished (``on_done`` called as each
     does: progress): when one fails, the others (drawing tasks) are not left running behind
     the failure, so the failed attempt's audit lists every draw it persisted."""

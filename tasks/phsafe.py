@@ -129,9 +129,7 @@ def measure_table_task(
         guard=None if lease is None else lease.check,
         draws=draws,
     )
-    frame = measure_table_streamed(
-        config, PHSafeWork(Path(work)), table, store, store.accountant
-    )
+    frame = measure_table_streamed(config, PHSafeWork(Path(work)), table, store, store.accountant)
     get_run_logger().info(
         "table %s measured: %d queries, %d rows; %d draws now, %d reused",
         partition, len(measurements), len(frame), len(store.fresh), len(store.reused),

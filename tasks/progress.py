@@ -103,12 +103,13 @@ class Snapshot:
     def line(self) -> str:
         """One line for logs and non-terminal output."""
         stage = next((s for s in self.stages if s.name == self.current), None)
-        where = f"{stage.name} {stage.units()}" if stage is not None else (
-            "done" if self.finished else "finishing")
-        eta = "" if self.remaining is None else f", about {_duration(self.remaining)} left"
-        return (
-            f"progress {self.percent:.0f}%: {where} (elapsed {_duration(self.elapsed)}{eta})"
+        where = (
+            f"{stage.name} {stage.units()}"
+            if stage is not None
+            else ("done" if self.finished else "finishing")
         )
+        eta = "" if self.remaining is None else f", about {_duration(self.remaining)} left"
+        return f"progress {self.percent:.0f}%: {where} (elapsed {_duration(self.elapsed)}{eta})"
 
 
 def _duration(seconds: float) -> str:

@@ -408,8 +408,11 @@ class ReleaseRun:
         """Where the release is and what it is, on the run's page: the release folder, its
         MANIFEST and audit, the ledger entry it carries, and how to verify it."""
         release = self.folder.release_dir
-        verdict = "a private release" if not self.markers else (
-            f"NOT A PRIVATE RELEASE ({', '.join(self.markers)})")
+        verdict = (
+            "a private release"
+            if not self.markers
+            else (f"NOT A PRIVATE RELEASE ({', '.join(self.markers)})")
+        )
         head = result.get("ledger") or {}
         where = (f"--ledger {self.ledger.store.path.parent}" if self.ledger.store.path
                  else "--url <ledger URL>")  # fmt: skip

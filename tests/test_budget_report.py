@@ -77,7 +77,7 @@ def test_phsafe_2020_report(
 ) -> None:
     config = census_specs / "phsafe/production_2020" / folder / "config.json"
     report = _json(capsys, ["budget", "report", "--config", str(config), "--json"])
-    (pass_name, summary), = report["passes"].items()
+    ((pass_name, summary),) = report["passes"].items()
     assert pass_name == folder.upper()
     assert summary["rho"] == pytest.approx(rho, abs=1e-12)
     assert summary["bounded_rho"] == pytest.approx(2 * rho, abs=1e-12)

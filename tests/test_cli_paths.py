@@ -14,8 +14,18 @@ from das.cli.arguments import resolved_path
 
 # One command line per command whose arguments include paths.
 COMMANDS = [
-    ["run", "safetab-p", "--config", "c.json", "--data", "d", "--output", "o",
-     "--coterminous", "x.txt"],
+    [
+        "run",
+        "safetab-p",
+        "--config",
+        "c.json",
+        "--data",
+        "d",
+        "--output",
+        "o",
+        "--coterminous",
+        "x.txt",
+    ],
     ["run", "phsafe", "--config", "c.json", "--data", "d", "--output", "o"],
     ["ledger", "show", "--output", "o"],
     ["ledger", "show", "--ledger", "l"],

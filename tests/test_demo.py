@@ -70,9 +70,7 @@ def test_the_demo_writes_its_guide_and_budget_reports(
     assert guide.count("**confidential**") == 4
 
 
-def test_the_guide_survives_a_failed_step(
-    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
-) -> None:
+def test_the_guide_survives_a_failed_step(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setattr("das.cli.main", lambda argv: 1 if argv[0] == "validate" else 0)
     output = tmp_path / "demo"
     assert das(["demo", "--output", str(output), "--persons", "200"]) == 1

@@ -95,7 +95,7 @@ def test_show_prints_any_magnitude() -> None:
 
 
 def test_a_refusal_shows_a_budget_just_past_a_limit_with_the_digits_that_differ() -> None:
-    """"ρ 10 is above ρ ≤ 10" would read as a bug: the value shows as many digits as it takes."""
+    """ "ρ 10 is above ρ ≤ 10" would read as a bug: the value shows as many digits as it takes."""
     assert "ρ 10.0001 is above" in str(pass_total_problem("zcdp", Fraction("10.0001"), "q"))
     assert "ε 30.000000001 is above" in str(pass_total_problem("puredp", 30.000000001, "q"))
     assert "ρ 11 is above" in str(pass_total_problem("zcdp", 11, "q"))

@@ -126,8 +126,10 @@ def test_streamed_npy_is_what_np_save_writes(tmp_path: Path) -> None:
     np.save(buffer, values)
     digest = write_npy_blocks(tmp_path / "a.npy", (values[:300], values[300:]), values.size)
     assert (tmp_path / "a.npy").read_bytes() == buffer.getvalue()
-    assert digest == hashlib.sha256(values.tobytes()).hexdigest() == npy_data_digest(
-        tmp_path / "a.npy"
+    assert (
+        digest
+        == hashlib.sha256(values.tobytes()).hexdigest()
+        == npy_data_digest(tmp_path / "a.npy")
     )
     assert np.array_equal(read_npy_range(tmp_path / "a.npy", 10, 20), values[10:20])
     assert np.array_equal(open_npy(tmp_path / "a.npy"), values)

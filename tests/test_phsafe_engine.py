@@ -36,8 +36,9 @@ def _geo(mafids, state: int = 44, rtype: int = 2) -> pd.DataFrame:
 
 
 def _unit(mafid: int, **codes: int) -> dict:
-    base = dict(RTYPE=2, MAFID=mafid, FINAL_POP=0, NPF=0, HHSPAN=1, HHRACE=1, TEN=1, HHT=1,
-                HHT2=1, CPLT=1)
+    base = dict(
+        RTYPE=2, MAFID=mafid, FINAL_POP=0, NPF=0, HHSPAN=1, HHRACE=1, TEN=1, HHT=1, HHT2=1, CPLT=1
+    )
     return base | codes
 
 
@@ -82,9 +83,13 @@ def _random_inputs(seed: int) -> tuple[pd.DataFrame, pd.DataFrame, pd.DataFrame]
             "CPLT": gen.integers(0, 6, n_units),
         }
     )
-    geo = pd.DataFrame({"RTYPE": gen.choice([2, 2, 2, 2, 4, 5], n_units),
-                        "MAFID": np.arange(1, n_units + 1),
-                        "TABBLKST": gen.choice([1, 44, 6], n_units)})
+    geo = pd.DataFrame(
+        {
+            "RTYPE": gen.choice([2, 2, 2, 2, 4, 5], n_units),
+            "MAFID": np.arange(1, n_units + 1),
+            "TABBLKST": gen.choice([1, 44, 6], n_units),
+        }
+    )
     geo.loc[len(geo)] = [2, 10, 44]  # MAFID 10 located twice: dropped
     geo.loc[len(geo)] = [4, 11, 44]  # a second, GQ-only geography: removed, MAFID 11 kept
     sizes = gen.integers(0, 6, n_units)
@@ -185,8 +190,11 @@ def _reference_counts(table: str, persons, units, geo, states) -> dict[tuple, in
     counts: dict[tuple, int] = {}
     shell = SHELLS[table]
     if shell.joined:
-        records = [(p, good[p["MAFID"]]) for p in persons.to_dict("records")
-                   if p["RTYPE"] == 3 and p["MAFID"] in good]
+        records = [
+            (p, good[p["MAFID"]])
+            for p in persons.to_dict("records")
+            if p["RTYPE"] == 3 and p["MAFID"] in good
+        ]
     else:
         records = [(None, u) for u in good.values()]
     for p, u in records:
@@ -206,16 +214,21 @@ def _reference_counts(table: str, persons, units, geo, states) -> dict[tuple, in
     return counts
 
 
-ALL_LEVELS = {"usa_*": INF, "usa_A-G": INF, "usa_H,I": INF,
-              "state_*": INF, "state_A-G": INF, "state_H,I": INF}
+ALL_LEVELS = {
+    "usa_*": INF,
+    "usa_A-G": INF,
+    "usa_H,I": INF,
+    "state_*": INF,
+    "state_A-G": INF,
+    "state_H,I": INF,
+}
 TOTAL_LEVELS = {"usa_*": INF, "state_*": INF}
 
 
 @pytest.mark.parametrize("seed", [0, 1])
 def test_infinite_budget_gives_exact_counts(seed: int) -> None:
     persons, units, geo = _random_inputs(seed)
-    tables = ["PH1_num", "PH1_denom", "PH2", "PH3", "PH4", "PH5_denom", "PH6", "PH7",
-              "PH8_denom"]
+    tables = ["PH1_num", "PH1_denom", "PH2", "PH3", "PH4", "PH5_denom", "PH6", "PH7", "PH8_denom"]
     budgets = {t: TOTAL_LEVELS if SHELLS[t].total_only else ALL_LEVELS for t in tables}
     tau = {t: 10 for t in ("PH1_num", "PH2", "PH3", "PH4", "PH6", "PH7")}
     release = run_phsafe(_config(budgets, tau), persons, units, geo)
@@ -224,8 +237,12 @@ def test_infinite_budget_gives_exact_counts(seed: int) -> None:
         frame = release.tables[table]
         cell = SHELLS[table].cell_column
         codes = frame["ITERATION_CODE"] if "ITERATION_CODE" in frame else ["*"] * len(frame)
-        got = {(r, c, int(k)): int(n) for r, c, k, n in
-               zip(frame["REGION_ID"], codes, frame[cell], frame["COUNT"], strict=True)}
+        got = {
+            (r, c, int(k)): int(n)
+            for r, c, k, n in zip(
+                frame["REGION_ID"], codes, frame[cell], frame["COUNT"], strict=True
+            )
+        }
         expected = _reference_counts(table, persons, units, geo, STATES)
         assert {k: v for k, v in got.items() if v} == expected, table
         assert set(expected) <= set(got)
@@ -248,8 +265,11 @@ def test_infinite_budget_gives_exact_counts(seed: int) -> None:
 # ------------------------------------------------------------------------------ variance
 def test_variance_column_zcdp_and_derived_sums() -> None:
     persons, units, geo = _random_inputs(3)
-    budgets = {"PH7": {"usa_*": "0.01", "state_A-G": "0.02"}, "PH8_denom": {"usa_H,I": "0.005"},
-               "PH2": {"state_*": "0"}}
+    budgets = {
+        "PH7": {"usa_*": "0.01", "state_A-G": "0.02"},
+        "PH8_denom": {"usa_H,I": "0.005"},
+        "PH2": {"state_*": "0"},
+    }
     release = run_phsafe(_config(budgets, {"PH7": 3}), persons, units, geo, seeded_rng(5))
     assert "PH2" not in release.tables  # budget 0: skipped, table not written
     ph7 = release.tables["PH7"]
@@ -266,8 +286,7 @@ def test_variance_column_zcdp_and_derived_sums() -> None:
 def test_variance_column_puredp() -> None:
     persons, units, geo = _random_inputs(4)
     budgets = {"PH3": {"usa_*": "0.5"}, "PH1_denom": {"state_*": "0.25"}}
-    release = run_phsafe(_config(budgets, {"PH3": 5}, "puredp"), persons, units, geo,
-                         seeded_rng(6))
+    release = run_phsafe(_config(budgets, {"PH3": 5}, "puredp"), persons, units, geo, seeded_rng(6))
 
     def geometric_variance(sensitivity: int, epsilon: float) -> float:
         a = math.exp(-epsilon / sensitivity)
@@ -320,8 +339,7 @@ def test_toy_inputs_end_to_end(toy_inputs, definition: str, tmp_path: Path) -> N
 def test_toy_exact_counts_follow_census_semantics(toy_inputs) -> None:
     # Unit 100000002 has two geographies (dropped); GQ persons and vacant units are out of
     # universe; unit 100000001 (state 44, married couple, owned free and clear) has 3 persons.
-    config = _config({"PH7": TOTAL_LEVELS, "PH1_denom": TOTAL_LEVELS}, {"PH7": 2},
-                     states=("44",))
+    config = _config({"PH7": TOTAL_LEVELS, "PH1_denom": TOTAL_LEVELS}, {"PH7": 2}, states=("44",))
     release = run_phsafe(config, *toy_inputs)
     ph7 = release.tables["PH7"]
     assert ph7.loc[ph7["PH7_DATA_CELL"] == 3, "COUNT"].tolist() == [2, 2]  # τ = 2 of 3
@@ -372,8 +390,14 @@ def test_accountant_records_every_query_and_refuses_overspend() -> None:
     assert len(ledger) == 2 and not ledger.pending
     assert [m.name for m in release.measurements] == [e.measurement.name for e in ledger.entries]
     with pytest.raises(BudgetExceededError):
-        run_phsafe(config, persons, units, geo, seeded_rng(1), accountant=PrivacyAccountant(
-            "zcdp", Fraction(3, 4)))
+        run_phsafe(
+            config,
+            persons,
+            units,
+            geo,
+            seeded_rng(1),
+            accountant=PrivacyAccountant("zcdp", Fraction(3, 4)),
+        )
 
 
 @given(

@@ -82,7 +82,14 @@ def test_iterations() -> None:
     assert iteration_index(level.TOTAL, race, hisp).tolist() == [0] * 8
     codes = ITERATIONS[level.RACE]
     assert [codes[i] if i >= 0 else None for i in iteration_index(level.RACE, race, hisp)] == [
-        "A", "B", "F", "G", "G", "A", "E", None
+        "A",
+        "B",
+        "F",
+        "G",
+        "G",
+        "A",
+        "E",
+        None,
     ]
     ethnic = ITERATIONS[level.ETHNICITY]
     got = [ethnic[i] if i >= 0 else None for i in iteration_index(level.ETHNICITY, race, hisp)]

@@ -112,8 +112,12 @@ def test_truncation_matches_a_per_row_reference(huge: bool) -> None:
     records = [
         (3, int(m), int(a), int(h), int(r), int(s))
         for m, a, h, r, s in zip(
-            gen.integers(1, 40, n), ages, gen.integers(1, 3, n), gen.integers(1, 64, n),
-            gen.integers(20, 37, n), strict=True,
+            gen.integers(1, 40, n),
+            ages,
+            gen.integers(1, 3, n),
+            gen.integers(1, 64, n),
+            gen.integers(20, 37, n),
+            strict=True,
         )
     ]
     assert _canonical(truncate_per_key(_frame(records), 3)) == _reference_truncation(records, 3)

@@ -17,8 +17,14 @@ TOTAL_AND_PARTS = np.array([[1.0, 1.0], [1.0, 0.0], [0.0, 1.0]])
 
 
 def _single(num_y, num_v, den_y, den_v, c=1.0, tau=10.0) -> RatioComponent:
-    return RatioComponent(np.asarray(num_y, float), np.asarray(num_v, float),
-                          np.asarray(den_y, float), np.asarray(den_v, float), c, tau)
+    return RatioComponent(
+        np.asarray(num_y, float),
+        np.asarray(num_v, float),
+        np.asarray(den_y, float),
+        np.asarray(den_v, float),
+        c,
+        tau,
+    )
 
 
 def test_log_interval_mass_is_stable() -> None:
@@ -48,8 +54,9 @@ def test_importance_sampler_matches_quadrature() -> None:
     expected_ratio = float(np.sum(density * t / d))
     expected_d = float(np.sum(density * d))
     comp = _single([[yt]], [[vt]], [yd], [vd], tau=tau)
-    result = average_posterior([comp], np.ones((1, 1)), np.ones((1, 1)),
-                               np.random.default_rng(0), n_draws=200_000)
+    result = average_posterior(
+        [comp], np.ones((1, 1)), np.ones((1, 1)), np.random.default_rng(0), n_draws=200_000
+    )
     assert result.ratio[0, 0] == pytest.approx(expected_ratio, rel=5e-3)
     assert result.denominator[0, 0] == pytest.approx(expected_d, rel=5e-3)
     assert result.ess[0] > 10_000
@@ -67,8 +74,9 @@ def test_two_part_sampler_matches_quadrature() -> None:
     density /= density.sum()
     expected = [float(np.sum(density * x / d)) for x in (total, n1, n2)]
     comp = _single([[y1, y2]], [[v, v]], [yd], [vd], c=2.0, tau=3.0)
-    result = average_posterior([comp], TOTAL_AND_PARTS, np.ones((3, 1)),
-                               np.random.default_rng(6), n_draws=100_000)
+    result = average_posterior(
+        [comp], TOTAL_AND_PARTS, np.ones((3, 1)), np.random.default_rng(6), n_draws=100_000
+    )
     np.testing.assert_allclose(result.ratio[0], expected, rtol=0.008)
 
 
@@ -78,8 +86,9 @@ def test_constraints_respected_on_awkward_inputs() -> None:
     den_y = np.array([-10.0, 40.0, 20.0, 0.0, 50.0])
     for c, tau in [(1.0, 10.0), (2.0, 5.0)]:
         comp = _single(num_y, np.full((5, 2), 100.0), den_y, np.full(5, 4.0), c, tau)
-        result = average_posterior([comp], TOTAL_AND_PARTS, np.ones((3, 1)),
-                                   np.random.default_rng(1), n_draws=2000)
+        result = average_posterior(
+            [comp], TOTAL_AND_PARTS, np.ones((3, 1)), np.random.default_rng(1), n_draws=2000
+        )
         total = result.ratio[:, 0]
         assert np.all(np.isfinite(result.ratio))
         slack = 1e-9 * tau  # mean vs quantile of a posterior piled against the bound τ
@@ -95,8 +104,9 @@ def test_constraints_respected_on_awkward_inputs() -> None:
 def test_data_contradicting_constraints_stay_in_bounds_with_low_ess_reported() -> None:
     # T ≈ 1000 ± 14 but d ≈ 20 ± 2 and τ = 10: the posterior sits ~40 σ from both proposals.
     comp = _single([[400.0, 600.0]], [[100.0, 100.0]], [20.0], [4.0], 1.0, 10.0)
-    result = average_posterior([comp], TOTAL_AND_PARTS, np.ones((3, 1)),
-                               np.random.default_rng(5), n_draws=1000)
+    result = average_posterior(
+        [comp], TOTAL_AND_PARTS, np.ones((3, 1)), np.random.default_rng(5), n_draws=1000
+    )
     assert result.ess[0] < 400  # reported, not hidden
     assert 1.0 <= result.lower[0, 0] <= result.upper[0, 0] <= 10.0
 
@@ -110,10 +120,15 @@ def test_ratio_coverage_near_90_percent() -> None:
     under18 = np.rint(persons * gen.uniform(0.1, 0.4, n))
     parts = np.stack([under18, persons - under18], axis=1)
     num_v, den_v = 400.0, 16.0
-    comp = _single(parts + gen.normal(0, np.sqrt(num_v), parts.shape), np.full((n, 2), num_v),
-                   households + gen.normal(0, np.sqrt(den_v), n), np.full(n, den_v))
-    result = average_posterior([comp], TOTAL_AND_PARTS, np.ones((3, 1)),
-                               np.random.default_rng(91), n_draws=1000)
+    comp = _single(
+        parts + gen.normal(0, np.sqrt(num_v), parts.shape),
+        np.full((n, 2), num_v),
+        households + gen.normal(0, np.sqrt(den_v), n),
+        np.full(n, den_v),
+    )
+    result = average_posterior(
+        [comp], TOTAL_AND_PARTS, np.ones((3, 1)), np.random.default_rng(91), n_draws=1000
+    )
     truth = np.stack([persons, parts[:, 0], parts[:, 1]], axis=1) / households[:, None]
     covered = (result.lower <= truth) & (truth <= result.upper)
     coverage = covered.mean(axis=0)
@@ -124,8 +139,9 @@ def test_ratio_coverage_near_90_percent() -> None:
 def test_zero_variance_is_near_exact() -> None:
     # Infinite budget: variance 0 is treated as MIN_VARIANCE (1e-6), i.e. known to ~1e-3.
     comp = _single([[10.0, 20.0], [0.0, 0.0]], np.zeros((2, 2)), [10.0, 0.0], np.zeros(2))
-    result = average_posterior([comp], TOTAL_AND_PARTS, np.ones((3, 1)),
-                               np.random.default_rng(2), n_draws=500)
+    result = average_posterior(
+        [comp], TOTAL_AND_PARTS, np.ones((3, 1)), np.random.default_rng(2), n_draws=500
+    )
     np.testing.assert_allclose(result.ratio[0], [3.0, 1.0, 2.0], rtol=1e-4)
     np.testing.assert_allclose(result.lower[0], [3.0, 1.0, 2.0], rtol=1e-3)
     np.testing.assert_allclose(result.upper[0], [3.0, 1.0, 2.0], rtol=1e-3)
@@ -136,8 +152,9 @@ def test_zero_variance_is_near_exact() -> None:
 def test_low_ess_groups_are_redrawn() -> None:
     # Very noisy numerator, precise denominator, tight τ: few proposals land in [d, 2d].
     comp = _single([[0.0], [500.0]], [[1e6], [100.0]], [1000.0, 300.0], [1.0, 1.0], tau=2.0)
-    result = average_posterior([comp], np.ones((1, 1)), np.ones((1, 1)),
-                               np.random.default_rng(3), n_draws=500)
+    result = average_posterior(
+        [comp], np.ones((1, 1)), np.ones((1, 1)), np.random.default_rng(3), n_draws=500
+    )
     assert result.draws[0] > 500 and result.draws[1] == 500
     assert result.ess.min() >= 400
     assert 1.0 <= result.lower[0, 0] <= result.upper[0, 0] <= 2.0
@@ -146,10 +163,12 @@ def test_low_ess_groups_are_redrawn() -> None:
 def test_two_components_total_is_consistent() -> None:
     owner = _single([[300.0]], [[100.0]], [100.0], [4.0])
     renter = _single([[100.0]], [[100.0]], [60.0], [4.0])
-    result = average_posterior([owner, renter], TOTAL_AND_PARTS, TOTAL_AND_PARTS,
-                               np.random.default_rng(4), n_draws=4000)
+    result = average_posterior(
+        [owner, renter], TOTAL_AND_PARTS, TOTAL_AND_PARTS, np.random.default_rng(4), n_draws=4000
+    )
     assert result.numerator[0, 0] == pytest.approx(result.numerator[0, 1] + result.numerator[0, 2])
     assert result.denominator[0, 0] == pytest.approx(
-        result.denominator[0, 1] + result.denominator[0, 2])
+        result.denominator[0, 1] + result.denominator[0, 2]
+    )
     assert result.ratio[0, 2] < result.ratio[0, 0] < result.ratio[0, 1]
     assert result.ratio[0, 1] == pytest.approx(3.0, rel=0.05)

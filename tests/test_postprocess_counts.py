@@ -39,14 +39,24 @@ def _numeric(y: float, v: float) -> tuple[float, float, float]:
     def cdf(x: float) -> float:
         return integrate.quad(density, 0, x, limit=200)[0] / z
 
-    quantiles = [optimize.brentq(lambda x, q=q: cdf(x) - q, 0, upper, xtol=1e-12 * s)
-                 for q in (0.05, 0.95)]
+    quantiles = [
+        optimize.brentq(lambda x, q=q: cdf(x) - q, 0, upper, xtol=1e-12 * s) for q in (0.05, 0.95)
+    ]
     return mean, quantiles[0], quantiles[1]
 
 
 @pytest.mark.parametrize(
-    ("y", "v"), [(5.0, 4.0), (-3.0, 9.0), (0.0, 1.0), (120.0, 2500.0), (-25.0, 1.0), (-35.0, 1.0),
-                 (-400.0, 100.0), (2.0, 0.25)],
+    ("y", "v"),
+    [
+        (5.0, 4.0),
+        (-3.0, 9.0),
+        (0.0, 1.0),
+        (120.0, 2500.0),
+        (-25.0, 1.0),
+        (-35.0, 1.0),
+        (-400.0, 100.0),
+        (2.0, 0.25),
+    ],
 )
 def test_closed_forms_match_numerical_integration(y: float, v: float) -> None:
     mean, lo, hi = _numeric(y, v)
@@ -104,8 +114,9 @@ def test_draws_follow_the_posterior() -> None:
     gen = np.random.default_rng(2)
     draws = truncnorm_draws(np.array([-2.0, 10.0]), np.array([4.0, 9.0]), 200_000, gen)
     assert np.all(draws >= 0)
-    np.testing.assert_allclose(draws.mean(axis=1), truncnorm_mean([-2.0, 10.0], [4.0, 9.0]),
-                               rtol=0.01)
+    np.testing.assert_allclose(
+        draws.mean(axis=1), truncnorm_mean([-2.0, 10.0], [4.0, 9.0]), rtol=0.01
+    )
 
 
 def test_aggregate_matrix_follows_shell_order() -> None:
@@ -127,14 +138,16 @@ def _noisy_frame(table: str, truth: np.ndarray, variance: float, gen) -> pd.Data
     shell = SHELLS[table]
     n_groups, n_basis = truth.shape
     noisy = np.rint(truth + gen.normal(0, np.sqrt(variance), truth.shape)).astype(np.int64)
-    return pd.DataFrame({
-        "REGION_ID": np.repeat([f"{g:02d}" for g in range(n_groups)], n_basis),
-        "REGION_TYPE": "STATE",
-        shell.cell_column: np.tile(shell.basis_codes.astype(np.int64), n_groups),
-        "COUNT": noisy.ravel(),
-        "NOISE_DISTRIBUTION": "Discrete Gaussian",
-        "VARIANCE": variance,
-    })
+    return pd.DataFrame(
+        {
+            "REGION_ID": np.repeat([f"{g:02d}" for g in range(n_groups)], n_basis),
+            "REGION_TYPE": "STATE",
+            shell.cell_column: np.tile(shell.basis_codes.astype(np.int64), n_groups),
+            "COUNT": noisy.ravel(),
+            "NOISE_DISTRIBUTION": "Discrete Gaussian",
+            "VARIANCE": variance,
+        }
+    )
 
 
 def _coverage(
@@ -231,8 +244,25 @@ def _brute_force_hpd(y: float, v: float, mass: float = 0.9) -> tuple[float, floa
     return float(x[starts[best]]), float(ends[best])
 
 
-_ALPHAS = [-50.0, -5.0, -2.0, -1.5, -1.35, -1.3, -1.2, -1.0, -0.3, 0.0, 0.3, 1.0, 3.0,
-           29.9, 30.1, 45.0, 1000.0]
+_ALPHAS = [
+    -50.0,
+    -5.0,
+    -2.0,
+    -1.5,
+    -1.35,
+    -1.3,
+    -1.2,
+    -1.0,
+    -0.3,
+    0.0,
+    0.3,
+    1.0,
+    3.0,
+    29.9,
+    30.1,
+    45.0,
+    1000.0,
+]
 
 
 @pytest.mark.parametrize("s", [0.5, 1.0, 41.0, 527.0])

@@ -57,8 +57,11 @@ def test_toy_count_tables(toy_release, toy_output) -> None:
 
 def test_toy_average_tables(toy_release, toy_output) -> None:
     config, _ = toy_release
-    for name, c, tau in [("PH1", 1, config.tau["PH1_num"]), ("PH5", 2, config.tau["PH4"]),
-                         ("PH8", 1, config.tau["PH7"])]:
+    for name, c, tau in [
+        ("PH1", 1, config.tau["PH1_num"]),
+        ("PH5", 2, config.tau["PH4"]),
+        ("PH8", 1, config.tau["PH7"]),
+    ]:
         frame = toy_output[name]
         assert list(frame.columns[-6:]) == AVERAGE_COLUMNS
         total = frame.loc[frame[f"{name}_DATA_CELL"] == 1]
@@ -79,8 +82,9 @@ def test_toy_average_tables(toy_release, toy_output) -> None:
 def test_seed_reproduces(toy_release, toy_output) -> None:
     config, tables = toy_release
     again = postprocess_phsafe(tables, config, seed=1)
-    other = postprocess_phsafe({"PH1_num": tables["PH1_num"], "PH1_denom": tables["PH1_denom"]},
-                               config, seed=2)
+    other = postprocess_phsafe(
+        {"PH1_num": tables["PH1_num"], "PH1_denom": tables["PH1_denom"]}, config, seed=2
+    )
     pd.testing.assert_frame_equal(again["PH1"], toy_output["PH1"])
     assert not np.allclose(other["PH1"]["ESTIMATE"], toy_output["PH1"]["ESTIMATE"], rtol=1e-12)
 
@@ -88,22 +92,28 @@ def test_seed_reproduces(toy_release, toy_output) -> None:
 def _release(table: str, groups: list[str], counts: np.ndarray, variance: float) -> pd.DataFrame:
     shell = SHELLS[table]
     basis = shell.basis_codes.astype(np.int64)
-    return pd.DataFrame({
-        "REGION_ID": np.repeat(groups, len(basis)),
-        "REGION_TYPE": "STATE",
-        "ITERATION_CODE": "*",
-        shell.cell_column: np.tile(basis, len(groups)),
-        "COUNT": counts.ravel().astype(np.int64),
-        "NOISE_DISTRIBUTION": "Discrete Gaussian",
-        "VARIANCE": variance,
-    })
+    return pd.DataFrame(
+        {
+            "REGION_ID": np.repeat(groups, len(basis)),
+            "REGION_TYPE": "STATE",
+            "ITERATION_CODE": "*",
+            shell.cell_column: np.tile(basis, len(groups)),
+            "COUNT": counts.ravel().astype(np.int64),
+            "NOISE_DISTRIBUTION": "Discrete Gaussian",
+            "VARIANCE": variance,
+        }
+    )
 
 
 def test_precise_release_recovers_averages_and_joins_groups() -> None:
-    config = PHSafeConfig.model_validate({
-        "privacy_budget": {"PH1_num": {"state_*": 1.0}, "PH1_denom": {"state_*": 1.0}},
-        "tau": {"PH1_num": 10}, "state_filter": ["01", "02"], "privacy_defn": "zcdp",
-    })
+    config = PHSafeConfig.model_validate(
+        {
+            "privacy_budget": {"PH1_num": {"state_*": 1.0}, "PH1_denom": {"state_*": 1.0}},
+            "tau": {"PH1_num": 10},
+            "state_filter": ["01", "02"],
+            "privacy_defn": "zcdp",
+        }
+    )
     num = _release("PH1_num", ["01", "02", "44"], np.array([[300, 700], [0, 50], [1, 1]]), 1.0)
     den = _release("PH1_denom", ["01", "02"], np.array([[400], [50]]), 1.0)
     out = postprocess_phsafe({"PH1_num": num, "PH1_denom": den}, config, seed=0)

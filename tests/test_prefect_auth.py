@@ -181,7 +181,9 @@ def test_check_api_unreachable() -> None:
         sock.bind(("127.0.0.1", 0))
         port = sock.getsockname()[1]  # closed again: nothing listens there
     problem, _ = prefect_auth.check_api(f"http://127.0.0.1:{port}/api", AUTH, timeout=5)
-    assert problem.startswith(f"the Prefect API could not be reached at http://127.0.0.1:{port}/api")
+    assert problem.startswith(
+        f"the Prefect API could not be reached at http://127.0.0.1:{port}/api"
+    )
 
 
 def test_das_deploy_stops_at_refused_credentials(

@@ -922,9 +922,7 @@ def test_the_prefect_server_sees_no_record_counts(tmp_path: Path) -> None:
     assert artifacts("phsafe-audit", flow_run_id)
 
 
-def test_an_output_template_gives_each_run_its_own_release_folder(
-    tmp_path: Path, capfd
-) -> None:
+def test_an_output_template_gives_each_run_its_own_release_folder(tmp_path: Path, capfd) -> None:
     """Deployments publish into releases/{run_id}: a new folder per run, the same on resume."""
     config, data = _params(tmp_path), _data(tmp_path)
     template = tmp_path / "releases" / "{run_id}"

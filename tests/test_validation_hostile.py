@@ -109,9 +109,7 @@ def test_an_invalid_byte_is_reported_at_its_row(inputs: Path, tmp_path: Path) ->
     assert "invalid UTF-8 data" in failure.message and failure.message.endswith("in row 5")
 
 
-def test_a_huge_bad_value_is_cut_to_a_prefix_in_every_report(
-    inputs: Path, tmp_path: Path
-) -> None:
+def test_a_huge_bad_value_is_cut_to_a_prefix_in_every_report(inputs: Path, tmp_path: Path) -> None:
     people = inputs / "person-records.txt"
     lines = people.read_text().split("\n")
     fields = lines[1].split("|")

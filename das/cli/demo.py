@@ -45,8 +45,14 @@ def demo_steps(output: Path, persons: int, seed: int) -> list[tuple[str, list[st
             (
                 f"validate {product} inputs",
                 [
-                    "validate", product, "--config", str(config), "--data", str(folder),
-                    "--report", str(output / "validation" / product),
+                    "validate",
+                    product,
+                    "--config",
+                    str(config),
+                    "--data",
+                    str(folder),
+                    "--report",
+                    str(output / "validation" / product),
                 ],
             ),
             (f"{product} privacy budget", ["budget", "report", "--config", str(config)]),

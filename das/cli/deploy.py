@@ -278,8 +278,13 @@ def approve_local_releases(root: Path, store: LedgerStore) -> None:
         config_sha = seal_files({"config.json": root / config}).sha256("config.json")
         if ledger.has_open_approval(product, config_sha):
             continue
-        approval = approve_spend(ledger, product, root / config, root / data,
-                                 "das deploy --local: first release of the local inputs")
+        approval = approve_spend(
+            ledger,
+            product,
+            root / config,
+            root / data,
+            "das deploy --local: first release of the local inputs",
+        )
         print(f"das deploy: approved the first {product} release of {data} "
               f"({approval['approval_id']})", flush=True)  # fmt: skip
 
@@ -300,13 +305,19 @@ def ledger_values(args: argparse.Namespace, root: Path | None) -> tuple[LedgerSt
     if url:
         store = configured_store({"DAS_LEDGER_URL": url, LEDGER_PASSWORD_FILE_ENV: secret})
         assert store is not None
-        values = {"das_ledger_dir": "", "das_ledger_url": url,
-                  "das_ledger_password_file": str(Path(secret).resolve()) if secret else ""}
+        values = {
+            "das_ledger_dir": "",
+            "das_ledger_url": url,
+            "das_ledger_password_file": str(Path(secret).resolve()) if secret else "",
+        }
     elif args.ledger is not None or args.local:
         directory = (args.ledger or (root or Path()) / "ledger").resolve()
         store = LedgerStore.in_directory(directory)
-        values = {"das_ledger_dir": str(directory), "das_ledger_url": "",
-                  "das_ledger_password_file": ""}
+        values = {
+            "das_ledger_dir": str(directory),
+            "das_ledger_url": "",
+            "das_ledger_password_file": "",
+        }
     else:
         return None
     return store, values
@@ -380,8 +391,7 @@ def deploy_command(args: argparse.Namespace) -> int:
     if refused is not None:
         return refused
     values: dict[str, str | None] = {
-        name: None if value is None else str(Path(value).resolve())
-        for name, value in paths.items()
+        name: None if value is None else str(Path(value).resolve()) for name, value in paths.items()
     }
     if ledger is not None:
         try:
@@ -398,8 +408,11 @@ def deploy_command(args: argparse.Namespace) -> int:
                 print(f"das deploy: error: could not set variable {name}", file=sys.stderr)
                 return EXIT_FAILED
         elif not variable_exists(name):
-            option = "--ledger DIR or --ledger-url URL" if name in LEDGER_VARIABLES else (
-                f"--{name.removeprefix('das_')} DIR")
+            option = (
+                "--ledger DIR or --ledger-url URL"
+                if name in LEDGER_VARIABLES
+                else (f"--{name.removeprefix('das_')} DIR")
+            )
             print(
                 f"das deploy: error: Prefect variable {name} is not set: pass {option} (once), "
                 "or --local",

@@ -414,9 +414,7 @@ def _verify(args: argparse.Namespace) -> int:
     }
     witness = result["prefect"] or {}
     ok = (
-        not result["chain"]
-        and not witness.get("problems")
-        and not any(result["releases"].values())
+        not result["chain"] and not witness.get("problems") and not any(result["releases"].values())
     )
     result["ok"] = ok
     if args.json:

@@ -86,9 +86,7 @@ class _Live:
                 state, mark, style = "", "·", "dim"
             bar = ProgressBar(total=100, completed=100 * stage.fraction, width=30)
             table.add_row(f"[{style}]{mark} {stage.name}", bar, f"[{style}]{state}", "")
-        eta = (
-            "" if snapshot.remaining is None else f", about {_duration(snapshot.remaining)} left"
-        )
+        eta = "" if snapshot.remaining is None else f", about {_duration(snapshot.remaining)} left"
         table.add_row(
             f"[bold]{self.title}",
             ProgressBar(total=100, completed=snapshot.percent, width=30),

@@ -59,7 +59,7 @@ def register(subparsers: argparse._SubParsersAction) -> None:
         help="reviewed coterminous-geographies.txt (default: derived from the GRF-C)",
     )
     text = (
-        "config.json of one pass (state_filter [\"72\"] = Puerto Rico, else the US); --data "
+        'config.json of one pass (state_filter ["72"] = Puerto Rico, else the US); --data '
         "holds persons, units and geo (.csv or .parquet)"
     )
     phsafe = _product_parser(products, "phsafe", text)
@@ -101,8 +101,7 @@ def _product_parser(
     parser.add_argument(
         "--replace-release",
         action="store_true",
-        help="move an existing release of another run in OUT aside (recorded) instead of "
-        "refusing",
+        help="move an existing release of another run in OUT aside (recorded) instead of refusing",
     )
     parser.add_argument(
         "--skip-validation",

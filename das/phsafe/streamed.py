@@ -257,9 +257,7 @@ def bucket_tabulations(
             wanted[found] &= in_units[unit_of[found]]
             kept = np.flatnonzero(first_per_key(keys, wanted, config.tau[table]))
             joined = {name: persons[name].to_numpy()[kept] for name in persons.columns}
-            joined.update(
-                {name: units[name].to_numpy()[unit_of[kept]] for name in unit_columns}
-            )
+            joined.update({name: units[name].to_numpy()[unit_of[kept]] for name in unit_columns})
             rows = pd.DataFrame(joined, copy=False)
         else:
             rows = units.loc[in_units]
@@ -381,4 +379,3 @@ def run_phsafe_streamed(
     for bucket in range(spilled.buckets):
         count_bucket(config, work, bucket)
     return measure_streamed(config, work, rng, accountant, noise_for_table)
-

@@ -77,9 +77,7 @@ _FAMILY_TYPES = [
 ]
 
 SHELLS: dict[str, TableShell] = {
-    "PH1_num": TableShell(
-        "PH1_num", "Population in households", _shell(_AGE_SPLIT), "householder"
-    ),
+    "PH1_num": TableShell("PH1_num", "Population in households", _shell(_AGE_SPLIT), "householder"),
     "PH1_denom": TableShell(
         "PH1_denom", "Households", _shell([("Total households", True)]), "householder"
     ),
@@ -193,14 +191,18 @@ def _isin(values: pd.Series, codes: tuple[int, ...]) -> np.ndarray:
 
 
 # HHT2 -> family type 1..4 (married, cohabiting, male no spouse/partner, female), 0 = none.
-_FAMILY_TYPE = _table({1: 1, 2: 1, 3: 2, 4: 2, **dict.fromkeys(range(9, 13), 3),
-                       **dict.fromkeys(range(5, 9), 4)})
+_FAMILY_TYPE = _table(
+    {1: 1, 2: 1, 3: 2, 4: 2, **dict.fromkeys(range(9, 13), 3), **dict.fromkeys(range(5, 9), 4)}
+)
 # PH2: couples by CPLT; CPLT 5 (no spouse/partner) by HHT2 (alone vs with others, by sex).
 _PH2_CPLT = _table({1: 3, 2: 4, 3: 6, 4: 7})
 _PH2_HHT2 = _table({9: 9, 10: 10, 11: 10, 12: 10, 5: 12, 6: 13, 7: 13, 8: 13})
 _PH3_RELSHIP = _table(
-    {**dict.fromkeys(SPOUSE_PARTNER_NONRELATIVE, 2), **dict.fromkeys(GRANDCHILD, 9),
-     **dict.fromkeys(OTHER_RELATIVE, 10)}
+    {
+        **dict.fromkeys(SPOUSE_PARTNER_NONRELATIVE, 2),
+        **dict.fromkeys(GRANDCHILD, 9),
+        **dict.fromkeys(OTHER_RELATIVE, 10),
+    }
 )
 _TENURE_PH7 = _table({1: 2, 2: 3, 3: 4, 4: 4})
 _TENURE_PH8 = _table({1: 2, 2: 2, 3: 3, 4: 3})

@@ -209,8 +209,14 @@ def _summarize(
     parts, dens, log_w = [], [], 0.0
     for c in components:
         drawn = draw_ratio_posterior(
-            c.num_y[rows], c.num_v[rows], c.den_y[rows], c.den_v[rows],
-            c.min_per_unit, c.tau, n_draws, generator,
+            c.num_y[rows],
+            c.num_v[rows],
+            c.den_y[rows],
+            c.den_v[rows],
+            c.min_per_unit,
+            c.tau,
+            n_draws,
+            generator,
         )
         parts.append(drawn.parts)
         dens.append(drawn.denominator[:, None, :])

@@ -123,8 +123,9 @@ def postprocess_average(
     den_y, den_v = den.count[i_den], den.variance[i_den]
     if spec.per_component:
         components = [
-            RatioComponent(num_y[:, [k]], num_v[:, [k]], den_y[:, k], den_v[:, k],
-                           spec.min_per_unit, tau)
+            RatioComponent(
+                num_y[:, [k]], num_v[:, [k]], den_y[:, k], den_v[:, k], spec.min_per_unit, tau
+            )
             for k in range(num_y.shape[1])
         ]
         part_masks = np.array([[1.0, 1.0], [1.0, 0.0], [0.0, 1.0]])
@@ -179,7 +180,11 @@ def postprocess_phsafe(
     for table in COUNT_TABLES:
         if table in release_tables:
             frame = postprocess_count_table(
-                release_tables[table], table, generator, n_draws, aggregate_method,
+                release_tables[table],
+                table,
+                generator,
+                n_draws,
+                aggregate_method,
                 interval=interval,
             )
             frame.attrs["diagnostics"] = {
@@ -193,7 +198,6 @@ def postprocess_phsafe(
         if spec.numerator in release_tables and spec.denominator in release_tables:
             out[name] = postprocess_average(release_tables, name, config, generator, n_draws)
     return out
-
 
 
 ESTIMATES_SUFFIX = "_estimates"

@@ -50,9 +50,7 @@ def safe_name(name: str) -> str:
 
 def check_run_id(run_id: str) -> str:
     if not isinstance(run_id, str) or not _RUN_ID.match(run_id):
-        raise ValueError(
-            f"Invalid run id {run_id!r}: use letters, digits, '.', '_', '-' (≤ 128)"
-        )
+        raise ValueError(f"Invalid run id {run_id!r}: use letters, digits, '.', '_', '-' (≤ 128)")
     return run_id
 
 

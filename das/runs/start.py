@@ -213,9 +213,7 @@ def check_inputs_regular(inputs: RunInputs) -> None:
         if (problem := not_a_regular_file(path)) is not None
     ]
     if problems:
-        raise RunRefused(
-            "input files must be regular files: " + "; ".join(dict.fromkeys(problems))
-        )
+        raise RunRefused("input files must be regular files: " + "; ".join(dict.fromkeys(problems)))
 
 
 def check_start(

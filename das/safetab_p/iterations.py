@@ -105,9 +105,7 @@ def combination_incidence(
     race_codes = np.asarray(race_codes)
     present = race_codes != NULL_RACE_CODE
     positions = np.where(present, code_positions(specs, race_codes), -1)
-    return position_incidence(
-        specs, positions, code_positions(specs, np.asarray(qspan)), selected
-    )
+    return position_incidence(specs, positions, code_positions(specs, np.asarray(qspan)), selected)
 
 
 def position_incidence(

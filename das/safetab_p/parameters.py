@@ -43,9 +43,7 @@ class SafeTabPParameters:
         return RunPlan(self.config.privacy_defn.value, self.plan)
 
 
-def run_inputs(
-    config_path: Path, data_dir: Path, coterminous: Path | None = None
-) -> RunInputs:
+def run_inputs(config_path: Path, data_dir: Path, coterminous: Path | None = None) -> RunInputs:
     """Every file a SafeTab-P run reads, by role."""
     parameters = {CONFIG: config_path}
     parameters.update({name: config_path.parent / name for name in SPEC_FILES})

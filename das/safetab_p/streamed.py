@@ -163,9 +163,7 @@ def level_spaces(
     for level in config.tabulated_levels():
         if level.geography.pass_name != geography.pass_name:
             continue
-        selected = iteration_filter(
-            specs, level.iteration_level, level.geography.is_state_or_above
-        )
+        selected = iteration_filter(specs, level.iteration_level, level.geography.is_state_or_above)
         spaces.append(
             LevelSpace(
                 pass_name=geography.pass_name,
@@ -384,9 +382,7 @@ def _combine_totals(work: WorkFolder, space: LevelSpace) -> None:
     total = np.zeros((space.n_entities, space.n_columns), dtype=np.int64)
     for state in states:
         entities = np.load(folder / f"entities-{state:02d}.npy")
-        total[entities] += np.load(folder / f"total-{state:02d}.npy").reshape(
-            -1, space.n_columns
-        )
+        total[entities] += np.load(folder / f"total-{state:02d}.npy").reshape(-1, space.n_columns)
     write_npy_blocks(target, (total.ravel(),), space.n_groups)
 
 
@@ -452,9 +448,7 @@ def measure_level_streamed(
 
     def draw(stage: str, size: int) -> None:
         measurement = measurements[stage]
-        vector = draw_noise_file(
-            measurement, size, rng, accountant, _noise_path(work, measurement)
-        )
+        vector = draw_noise_file(measurement, size, rng, accountant, _noise_path(work, measurement))
         noise_files[stage] = str(vector.filename)
         draws[stage] = size
         del vector
@@ -769,9 +763,7 @@ def _pass_coterminous(
         )
         entities = np.unique(position[found])
         member_entities[space.partition] = entities
-        member_parts.append(
-            coterminous_members(space.entities(), space.codes, sets)
-        )
+        member_parts.append(coterminous_members(space.entities(), space.codes, sets))
         if entities.size:
             t1, t2 = tabulate_level(
                 chunk_measurement(space, work, stages[space.partition].get("stage-2"), entities),
@@ -792,9 +784,7 @@ def _pass_coterminous(
     for space in spaces:
         mine = mapping.loc[mapping["REGION_TYPE"] == space.geography.value, "REGION_ID"]
         targets[space.partition] = np.searchsorted(space.region_ids, np.unique(mine.to_numpy(str)))
-    return _PassCoterminous(
-        mapping, donor_copies(t1, mapping), donor_copies(t2, mapping), targets
-    )
+    return _PassCoterminous(mapping, donor_copies(t1, mapping), donor_copies(t2, mapping), targets)
 
 
 def _without_targets(frame: pd.DataFrame, mapping: pd.DataFrame) -> pd.DataFrame:

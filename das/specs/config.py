@@ -273,12 +273,12 @@ class SafeTabPConfig(BaseModel):
     @classmethod
     def _parse_thresholds(cls, value: Any) -> dict[PopulationGroupLevel, tuple[int, int, int]]:
         if not isinstance(value, dict):
-            raise ValueError("thresholds_p must be an object keyed like \"(COUNTY, 2)\"")
+            raise ValueError('thresholds_p must be an object keyed like "(COUNTY, 2)"')
         parsed = {}
         for key, raw in value.items():
             match = _THRESHOLD_KEY.match(str(key))
             if match is None or match.group(1) not in SafeTabGeography.__members__.values():
-                raise ValueError(f"thresholds_p key {key!r} is not like \"(COUNTY, 2)\"")
+                raise ValueError(f'thresholds_p key {key!r} is not like "(COUNTY, 2)"')
             level = PopulationGroupLevel(SafeTabGeography(match.group(1)), int(match.group(2)))
             if level.iteration_level not in SAFETAB_ITERATION_LEVELS:
                 raise ValueError(f"thresholds_p key {key!r}: iteration level must be 1 or 2")
@@ -372,8 +372,8 @@ def _safetab_limit_problems(
             continue
         what, smallest = name, Fraction(budget)
         if fraction is not None:
-            stage, share = ("stage-1", fraction) if fraction <= 1 - fraction else (
-                "stage-2", 1 - fraction
+            stage, share = (
+                ("stage-1", fraction) if fraction <= 1 - fraction else ("stage-2", 1 - fraction)
             )
             what = f"{name} ({show(budget)}), its {stage} query ({show(share)} of it)"
             smallest = budget * share
@@ -534,7 +534,7 @@ def _phsafe_budgets(value: dict[Any, Any]) -> tuple[dict[PHSafeQueryKey, Budget]
             problems.append(f"unknown table {table!r} (expected one of {allowed})")
             continue
         if not isinstance(levels, dict):
-            problems.append(f"{table}: must be an object keyed like \"state_A-G\"")
+            problems.append(f'{table}: must be an object keyed like "state_A-G"')
             continue
         for key, raw in levels.items():
             geography, _, iteration = str(key).partition("_")

@@ -502,9 +502,7 @@ def _extra_person_rows(pairs: list[tuple[np.ndarray, np.ndarray]], n_units: int)
     return np.sort(rows[per_unit[index] > 1])
 
 
-def _geo_checks(
-    context: Context, label: str, geo: dict[str, np.ndarray], units: _Units
-) -> None:
+def _geo_checks(context: Context, label: str, geo: dict[str, np.ndarray], units: _Units) -> None:
     add = context.collector.add
     geo_mafid = geo["MAFID"].astype(np.int64)
     geo_rows = geo["row"].astype(np.int64)
@@ -533,9 +531,7 @@ def _geo_checks(
     geo_rtype = geo["RTYPE"].astype(np.int64)
     linked = geo_unit >= 0
     # (a bucket without units links nothing: no index into it)
-    unit_rtype = (
-        np.where(linked, units.rtype[np.maximum(geo_unit, 0)], -1) if units.n else geo_unit
-    )
+    unit_rtype = np.where(linked, units.rtype[np.maximum(geo_unit, 0)], -1) if units.n else geo_unit
     bad = linked & (geo_rtype >= 0) & (unit_rtype >= 0) & (geo_rtype != unit_rtype)
     add(
         label,

@@ -35,6 +35,7 @@ def short_value(value: object) -> str:
         return text
     return f"{text[:VALUE_PREFIX]}… ({len(text):,} characters)"
 
+
 Severity = Literal["error", "warning"]
 
 

@@ -78,7 +78,6 @@ def block_keys(columns: dict[str, np.ndarray]) -> tuple[np.ndarray, np.ndarray]:
     return key, valid
 
 
-
 def _grf_c(context: Context, data_dir: Path) -> tuple[np.ndarray | None, set[int]]:
     """Scan the GRF-C; return its sorted unique block keys and its states (None if unread)."""
     suite = load_suite("GRF-C")
@@ -101,7 +100,6 @@ def _grf_c(context: Context, data_dir: Path) -> tuple[np.ndarray | None, set[int
     key, valid = block_keys(scan.kept)
     states = {int(s) for s in np.unique(scan.kept["TABBLKST"][valid])}
     return np.unique(key[valid]), states
-
 
 
 class _PersonChecks:

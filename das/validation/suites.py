@@ -299,9 +299,11 @@ class UniqueAccumulator:
         """(rows whose key occurs more than once, the ``keep`` smallest of them, sorted)."""
         count, first = 0, np.zeros(0, dtype=np.int64)
         if self._spill is None:
-            parts = [(np.concatenate(self._hashes), np.concatenate(self._rows))] if (
-                self._hashes
-            ) else []
+            parts = (
+                [(np.concatenate(self._hashes), np.concatenate(self._rows))]
+                if (self._hashes)
+                else []
+            )
         else:
             parts = (
                 (np.fromfile(key, dtype=np.uint64), np.fromfile(row, dtype=np.int64))

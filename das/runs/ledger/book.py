@@ -705,9 +705,7 @@ class PrivacyLedger:
             for pass_name, budget in state.budgets.items():
                 prior, names = self._prior(counting, pass_name, state.definition)
                 passes.append(
-                    PassSpend(
-                        pass_name, state.definition, prior, budget, add(prior, budget), names
-                    )
+                    PassSpend(pass_name, state.definition, prior, budget, add(prior, budget), names)
                 )
             ceiling = info.ceilings[state.definition]
             unit = "rho" if state.definition == ZCDP else "epsilon"
@@ -918,9 +916,7 @@ class PrivacyLedger:
                         "was published; the ledger keeps the run's spend"
                     )
                 return {"id": info.ledger_id, "seq": sealed["seq"], "hash": sealed["hash"]}
-            entry = db.append(
-                "release-sealed", {"content_sha256": content_sha256}, run_id=run_id
-            )
+            entry = db.append("release-sealed", {"content_sha256": content_sha256}, run_id=run_id)
         return {"id": info.ledger_id, "seq": entry.seq, "hash": entry.hash}
 
     def complete(self, run_id: str, manifest_sha256: str, release: str) -> None:
@@ -933,9 +929,7 @@ class PrivacyLedger:
 
     def record_failure(self, run_id: str, attempt: int, error_type: str) -> None:
         with self.store.transaction(write=True) as db:
-            db.append(
-                "run-failed", {"attempt": attempt, "error_type": error_type}, run_id=run_id
-            )
+            db.append("run-failed", {"attempt": attempt, "error_type": error_type}, run_id=run_id)
 
     def record_event(
         self, kind: str, detail: Mapping[str, Any], dataset: str | None, run_id: str | None
@@ -1069,9 +1063,7 @@ class PrivacyLedger:
         """Whether any approval of this product and config is not used by a run yet (a cheap
         check before any record is read: without one, a production run cannot spend)."""
         return any(
-            a["used_by"] is None
-            and a["product"] == product
-            and a["config_sha256"] == config_sha256
+            a["used_by"] is None and a["product"] == product and a["config_sha256"] == config_sha256
             for a in self.approvals()
         )
 

@@ -73,7 +73,7 @@ def release_problems(ledger: PrivacyLedger, info: LedgerInfo, release: Path) -> 
         audit = json.loads(audit_path.read_text())
     except (OSError, json.JSONDecodeError):
         return [*problems, f"{AUDIT_FILE}: missing or unreadable"]
-    recorded = (audit.get("privacy_ledger") or {})
+    recorded = audit.get("privacy_ledger") or {}
     if recorded.get("dataset") != state.dataset:
         problems.append("the audit names another dataset than the ledger bound the run to")
     if recorded.get("passes") != [p.to_dict() for p in state.passes]:
