@@ -1,29 +1,23 @@
 """The privacy ledger: the system of record of runs, approvals, spends and draws.
 
-- :mod:`das.runs.ledger.store`: the hash-chained entries in SQLite or PostgreSQL.
-- :mod:`das.runs.ledger.book`: what the entries mean (runs, approvals, spends, draws).
-- :mod:`das.runs.ledger.location`: where the ledger is, and opening it for a run.
+The rest of the pipeline uses the names below; each lives in the module of its concept
+(:mod:`das.runs.ledger.ledger` says which is where).
 """
 
-from das.runs.ledger.book import (
+from das.runs.ledger.amounts import PassSpend, decimal_text, parse_total
+from das.runs.ledger.anchors import release_anchor_problems, witness_problems
+from das.runs.ledger.draws import DrawRecord
+from das.runs.ledger.errors import (
     ApprovalRequired,
     CeilingExceeded,
     CumulativeSpendRequired,
-    DrawRecord,
     DrawRefused,
     DuplicateDraw,
-    LedgerInfo,
     LedgerRefused,
-    PassSpend,
-    PrivacyLedger,
+    LedgerUnavailable,
     ReleaseDiffers,
-    RunOpening,
-    RunState,
-    decimal_text,
-    parse_total,
-    release_anchor_problems,
-    witness_problems,
 )
+from das.runs.ledger.ledger import PrivacyLedger
 from das.runs.ledger.location import (
     OpenedLedger,
     configured_store,
@@ -31,7 +25,8 @@ from das.runs.ledger.location import (
     ledger_store,
     open_ledger,
 )
-from das.runs.ledger.store import LEDGER_FILE, LedgerStore, LedgerUnavailable
+from das.runs.ledger.state import LedgerInfo, RunOpening, RunState
+from das.runs.ledger.store import LEDGER_FILE, LedgerStore
 
 __all__ = [
     "LEDGER_FILE",

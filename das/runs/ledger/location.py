@@ -22,7 +22,9 @@ from pathlib import Path
 
 from sqlalchemy.engine import make_url
 
-from das.runs.ledger.book import LedgerInfo, LedgerRefused, PrivacyLedger
+from das.runs.ledger.errors import LedgerRefused
+from das.runs.ledger.ledger import PrivacyLedger
+from das.runs.ledger.state import LedgerInfo
 from das.runs.ledger.store import LedgerStore
 from das.runs.policy import LEDGER_ENV, LEDGER_ID_ENV, LEDGER_URL_ENV, production_mode
 from das.secret_files import SecretError, read_secret_file

@@ -13,7 +13,7 @@ atomic — of two runs reserving at once, on one host or two, exactly one sees t
 
 A chain alone cannot show that its last entries were cut off, or that the whole file was
 replaced by an older copy: the releases carry the head they were published at (their
-MANIFEST), and :mod:`das.runs.ledger.book` checks those anchors.
+MANIFEST), and :mod:`das.runs.ledger.anchors` checks them.
 """
 
 from __future__ import annotations
@@ -48,7 +48,7 @@ from sqlalchemy.engine import make_url
 from sqlalchemy.exc import ArgumentError, DatabaseError, OperationalError
 from sqlalchemy.pool import NullPool
 
-from das.runs.policy import RunRefused
+from das.runs.ledger.errors import LedgerRefused, LedgerUnavailable
 
 LEDGER_FILE = "ledger.sqlite"
 # PostgreSQL advisory lock held while a ledger's tables and first entries are created.
@@ -75,15 +75,6 @@ key_table = Table(
     Column("id", Integer, primary_key=True, autoincrement=False),
     Column("key", String(64), nullable=False),
 )
-
-
-class LedgerRefused(RunRefused):
-    """The ledger refuses this run or this step (not initialized, broken, bound elsewhere,
-    misconfigured...)."""
-
-
-class LedgerUnavailable(RuntimeError):
-    """The ledger's database cannot be opened or read (missing, corrupted, unreachable)."""
 
 
 def now() -> str:

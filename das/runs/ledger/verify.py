@@ -16,7 +16,8 @@ from pathlib import Path
 from typing import Any
 
 from das.io.writers import file_sha256
-from das.runs.ledger.book import LedgerInfo, PrivacyLedger
+from das.runs.ledger.ledger import PrivacyLedger
+from das.runs.ledger.state import LedgerInfo
 from das.runs.release import AUDIT_FILE, MANIFEST, content_digest, read_manifest
 
 

@@ -1,0 +1,222 @@
+"""What the ledger's entries mean: the fold of entries into the state of a run and a ledger.
+
+Nothing is ever updated in the ledger; a run's state, a ledger's identity and its approvals
+are folds over entries. The ledger writes a run's entries in one order — ``run-opened`` →
+``spend-authorized`` → ``drawing-started`` → ``draw-charged``/``draw-recorded`` →
+``release-sealed`` → ``run-completed``; ``run-released`` only before the first draw; a
+``run-resumed`` per new attempt. Runs in status ``authorized``, ``drawing`` or ``completed``
+count as spent in full: a run killed after authorization may have drawn, and resuming it spends
+nothing more.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass, field
+from fractions import Fraction
+from typing import Any
+
+from das.privacy.mechanisms import Budget, fraction_text, parse_fraction_text
+from das.runs.ledger.amounts import PassSpend
+from das.runs.ledger.store import Entry
+
+LEDGER_FORMAT = "das-ledger/1"
+COUNTING = ("authorized", "drawing", "completed")  # statuses that count as spent
+
+
+@dataclass(frozen=True)
+class LedgerInfo:
+    """What identifies a ledger: its id, ceilings, where it is, its head."""
+
+    ledger_id: str
+    location: str
+    ceilings: dict[str, Fraction]
+    head_seq: int
+    head_hash: str
+    created: str
+    created_by: str
+
+    def head(self) -> dict[str, Any]:
+        return {"id": self.ledger_id, "seq": self.head_seq, "hash": self.head_hash}
+
+
+def ledger_info(first: Entry, head: Entry, location: str) -> LedgerInfo:
+    """A ledger's identity from its ``init`` entry and its head."""
+    data = first.payload
+    return LedgerInfo(
+        ledger_id=str(data["ledger_id"]),
+        location=location,
+        ceilings={d: Fraction(v) for d, v in data["ceilings"].items()},
+        head_seq=head.seq,
+        head_hash=head.hash,
+        created=first.at,
+        created_by=str(data.get("by", "")),
+    )
+
+
+@dataclass(frozen=True)
+class RunOpening:
+    """What a run declares when it opens: the ledger binds its run id to all of it."""
+
+    run_id: str
+    product: str
+    output: str
+    config_sha256: str
+    seal: str
+    definition: str
+    budgets: Mapping[str, Budget]
+    seed_mode: str
+    markers: tuple[str, ...]
+    flow_run_id: str | None = None
+
+    @property
+    def not_private(self) -> bool:
+        return bool(self.markers)
+
+    def binding(self) -> dict[str, Any]:
+        """The fields a resume must present unchanged."""
+        return {
+            "product": self.product,
+            "output": self.output,
+            "config_sha256": self.config_sha256,
+            "seal": self.seal,
+            "definition": self.definition,
+            "budgets": {name: fraction_text(b) for name, b in sorted(self.budgets.items())},
+            "seed_mode": self.seed_mode,
+        }
+
+
+@dataclass
+class RunState:
+    """A run as the ledger's entries tell it."""
+
+    run_id: str
+    binding: dict[str, Any]
+    markers: tuple[str, ...]
+    attempt: int
+    status: str
+    dataset: str | None = None
+    passes: list[PassSpend] = field(default_factory=list)
+    approval: str | None = None
+    input_stats: dict[str, Any] | None = None
+    files: dict[str, str] = field(default_factory=dict)
+    charged: dict[str, int] = field(default_factory=dict)  # name -> attempt
+    draws: dict[str, dict[str, Any]] = field(default_factory=dict)  # name -> {digest, size, file}
+    sealed_release: dict[str, Any] | None = None
+    completed: dict[str, Any] | None = None
+    manifests: list[str] = field(default_factory=list)  # every MANIFEST it published
+    opened: str = ""
+    # entries this code never writes in that order (a forged, well-hashed append): ignored
+    # when they would lower the spend, and named by verify()
+    out_of_order: list[str] = field(default_factory=list)
+
+    @property
+    def counting(self) -> bool:
+        return self.status in COUNTING
+
+    @property
+    def product(self) -> str:
+        return str(self.binding["product"])
+
+    @property
+    def output(self) -> str:
+        return str(self.binding["output"])
+
+    @property
+    def definition(self) -> str:
+        return str(self.binding["definition"])
+
+    @property
+    def budgets(self) -> dict[str, Budget]:
+        return {k: parse_fraction_text(v) for k, v in self.binding["budgets"].items()}
+
+    @property
+    def not_private(self) -> bool:
+        return bool(self.markers)
+
+
+def fold_run(entries: Iterable[Entry]) -> RunState | None:
+    """A run's state from its entries (in chain order).
+
+    An entry out of the order of the module docstring cannot come from this code: it is
+    recorded in ``out_of_order`` and, where it would un-count a spend (released after drawing,
+    authorized again), ignored.
+    """
+    state: RunState | None = None
+    for entry in entries:
+        data = entry.payload
+        if entry.kind == "run-opened" and state is None:
+            state = RunState(
+                run_id=str(entry.run_id),
+                binding=data["binding"],
+                markers=tuple(data.get("markers", ())),
+                attempt=int(data["attempt"]),
+                status="reserved",
+                opened=entry.at,
+            )
+            continue
+        if state is None:
+            continue
+        unexpected = _out_of_order(state, entry.kind)
+        if unexpected:
+            state.out_of_order.append(f"entry {entry.seq} ({entry.kind}) {unexpected}")
+            if entry.kind in ("run-opened", "spend-authorized", "run-released"):
+                continue
+        if entry.kind == "run-resumed":
+            state.attempt = int(data["attempt"])
+        elif entry.kind == "spend-authorized":
+            state.status = "authorized"
+            state.dataset = entry.dataset
+            state.passes = [PassSpend.from_exact(p) for p in data["passes"]]
+            state.approval = data.get("approval")
+            state.input_stats = data.get("input_stats")
+            state.files = dict(data.get("files", {}))
+        elif entry.kind == "drawing-started":
+            state.status = "drawing"
+        elif entry.kind == "draw-charged":
+            state.charged[data["name"]] = int(data["attempt"])
+        elif entry.kind == "draw-recorded":
+            state.draws[data["name"]] = {
+                "digest": data["digest"],
+                "size": int(data["size"]),
+                "file": data["file"],
+                "attempt": int(data["attempt"]),
+            }
+        elif entry.kind == "run-released":
+            state.status = "released"
+            state.approval = None
+        elif entry.kind == "release-sealed" and state.sealed_release is None:
+            state.sealed_release = {"seq": entry.seq, "hash": entry.hash, **data}
+        elif entry.kind == "run-completed":
+            state.status = "completed"
+            state.completed = data
+            state.manifests.append(str(data["manifest_sha256"]))
+    return state
+
+
+def _out_of_order(state: RunState, kind: str) -> str:
+    """Why ``kind`` cannot follow ``state`` as this code writes a run (empty: it can)."""
+    if kind == "run-opened":
+        return "opens a run that is open already"
+    if kind == "spend-authorized" and state.counting:
+        return f"authorizes a run already counted as spent (status {state.status})"
+    if kind == "run-released" and (state.status not in ("reserved", "authorized") or state.charged):
+        return f"returns the spend of a run that drew (status {state.status})"
+    if kind in ("drawing-started", "draw-charged") and state.status not in (
+        "authorized",
+        "drawing",
+        "completed",
+    ):
+        return f"draws for a run without an authorized spend (status {state.status})"
+    if kind == "run-completed" and state.sealed_release is None:
+        return "completes a run whose release was never sealed"
+    return ""
+
+
+def fold_approvals(entries: Iterable[Entry]) -> list[dict[str, Any]]:
+    """The ``approval`` entries among ``entries``, with their dataset, time and position."""
+    return [
+        {**entry.payload, "dataset": entry.dataset, "at": entry.at, "seq": entry.seq}
+        for entry in entries
+        if entry.kind == "approval"
+    ]
