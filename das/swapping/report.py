@@ -19,7 +19,7 @@ from das.swapping.definitions import PrivacyDefinition
 
 if TYPE_CHECKING:
     from das.swapping.files import UnitData
-    from das.swapping.run import SwapOutcome
+    from das.swapping.outcome import SwapOutcome
 
 ALGORITHM = (
     "Permutation Algorithm (Algorithm 5.1 of Bailie, Gong & Meng, "

@@ -11,12 +11,10 @@ from __future__ import annotations
 import json
 import time
 from collections.abc import Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from fractions import Fraction
 from pathlib import Path
 from typing import Any
-
-import pandas as pd
 
 from das.io.atomic import atomic_output_dir, atomic_write_text
 from das.io.writers import file_sha256
@@ -24,7 +22,6 @@ from das.privacy.calculators import swap_epsilon
 from das.privacy.rng import RandomSource, default_source, seeded_rng
 from das.swapping.analysis import (
     InvariantReport,
-    MapeResult,
     check_invariants,
     contingency_table,
     largest_stratum,
@@ -33,8 +30,8 @@ from das.swapping.analysis import (
 )
 from das.swapping.definitions import DEFAULT_DELTA, side_by_side
 from das.swapping.files import UnitData, read_unit_data, write_frame_like, write_swapped_units
+from das.swapping.outcome import SwapOutcome
 from das.swapping.permutation import (
-    SwapDraw,
     SwapScheme,
     parse_rate,
     permutation_swap,
@@ -73,25 +70,6 @@ class SwapRequest:
     def source(self) -> RandomSource:
         """The secure source, or a seeded one (tests/demos only) when a seed was given."""
         return default_source() if self.seed is None else seeded_rng(self.seed)
-
-
-@dataclass
-class SwapOutcome:
-    """The swapped records and everything measured on them (kept in memory between steps)."""
-
-    scheme: SwapScheme
-    rate: Fraction
-    swapped: pd.DataFrame
-    draw: SwapDraw
-    strata: int
-    b: int
-    epsilon: float
-    randomness: dict[str, Any]
-    two_way: tuple[tuple[str, ...], tuple[str, ...]]
-    timings: dict[str, float] = field(default_factory=dict)
-    invariants: InvariantReport | None = None
-    mape: MapeResult | None = None
-    geography_held_varying: tuple[str, ...] = ()
 
 
 def resolve_scheme(data: UnitData, request: SwapRequest) -> SwapScheme:
