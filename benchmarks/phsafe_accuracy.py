@@ -28,8 +28,8 @@ import time
 from pathlib import Path
 
 from das.io.phsafe import input_paths, read_geo, read_persons, read_units
-from das.phsafe.accuracy import DERIVED_TABLES, AccuracyReport, Share, evaluate
 from das.phsafe.engine import run_phsafe
+from das.postprocess.accuracy import DERIVED_TABLES, AccuracyReport, Share, evaluate
 from das.postprocess.counts import INTERVALS
 from das.postprocess.phsafe import postprocess_phsafe
 from das.privacy.rng import seeded_rng

@@ -17,7 +17,7 @@ as released (a member's rows come from its donor).
 
 PHSafe, per replicate: :func:`das.phsafe.engine.run_phsafe` (seeded), then
 :func:`das.postprocess.phsafe.postprocess_phsafe`, judged against an infinite-budget run by
-:func:`das.phsafe.accuracy.evaluate` (within-MOE shares, credible-interval coverage) and, per
+:func:`das.postprocess.accuracy.evaluate` (within-MOE shares, credible-interval coverage) and, per
 query, the empirical 90% error quantile against the predicted MOE.
 
 Only aggregates leave this module (shares, quantiles, binned rates), never a cell. Work is
@@ -41,9 +41,9 @@ import pandas as pd
 
 from das.io.phsafe import input_paths, read_geo, read_persons, read_units
 from das.io.safetab_p import grf_c_path, person_records_path, read_grf_c, read_person_records
-from das.phsafe.accuracy import AccuracyReport, evaluate
 from das.phsafe.engine import run_phsafe
 from das.phsafe.plan import PHSAFE_CONFIDENCE, plan_phsafe
+from das.postprocess.accuracy import AccuracyReport, evaluate
 from das.postprocess.phsafe import postprocess_phsafe
 from das.privacy import calculators
 from das.privacy.accounting import Measurement

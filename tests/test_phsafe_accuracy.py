@@ -1,4 +1,4 @@
-"""das.phsafe.accuracy: hand-made frames with known answers, and a seeded synthetic population
+"""das.postprocess.accuracy: hand-made frames with known answers, and a seeded synthetic population
 measured with the 2020 production config (exact run = every budget Infinity), with both count
 interval types (equal-tailed and HPD)."""
 
@@ -14,7 +14,9 @@ import pytest
 from scipy.stats import binom, norm
 
 from das.io.phsafe import input_paths, read_geo, read_persons, read_units
-from das.phsafe.accuracy import (
+from das.phsafe.engine import run_phsafe
+from das.phsafe.tables import SHELLS
+from das.postprocess.accuracy import (
     AccuracyReport,
     RatioFigures,
     Share,
@@ -25,8 +27,6 @@ from das.phsafe.accuracy import (
     ratio_coverage,
     shell_cells,
 )
-from das.phsafe.engine import run_phsafe
-from das.phsafe.tables import SHELLS
 from das.postprocess.phsafe import COUNT_TABLES, postprocess_phsafe
 from das.privacy.distributions import DiscreteGaussian, TwoSidedGeometric, margin_of_error
 from das.privacy.rng import seeded_rng
