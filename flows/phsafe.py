@@ -31,9 +31,10 @@ from das.phsafe.parameters import parse_parameters, run_inputs  # noqa: E402
 from das.postprocess.phsafe import estimates_diagnostics  # noqa: E402
 from das.privacy.accounting import summarize  # noqa: E402
 from das.runs.policy import RunRefused  # noqa: E402
+from das.runs.records import input_path  # noqa: E402
 from das.runs.start import RunInputs  # noqa: E402
 from flows.runner import task_runner_from_env  # noqa: E402
-from tasks.common import input_path, record_draws, run_once, settled, validation_gate  # noqa: E402
+from tasks.flow_steps import record_draws, run_once, settled  # noqa: E402
 from tasks.phsafe import (  # noqa: E402
     count_bucket_task,
     derived_tables,
@@ -52,6 +53,7 @@ from tasks.run_context import (  # noqa: E402
     resolve_path,
 )
 from tasks.run_context import started_from as run_started_from  # noqa: E402
+from tasks.validation_gate import validation_gate  # noqa: E402
 
 PRODUCT = "phsafe"
 DEFAULT_DELTA = 1e-10

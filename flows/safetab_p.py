@@ -30,11 +30,12 @@ from prefect import State, flow  # noqa: E402
 
 from das.privacy.accounting import PrivacyAccountant, summarize  # noqa: E402
 from das.runs.policy import RunRefused  # noqa: E402
+from das.runs.records import input_path  # noqa: E402
 from das.runs.start import RunInputs  # noqa: E402
 from das.safetab_p.parameters import parse_parameters, run_inputs  # noqa: E402
 from das.safetab_p.streamed import noise_files_in_use  # noqa: E402
 from flows.runner import task_runner_from_env  # noqa: E402
-from tasks.common import input_path, record_draws, run_once, settled, validation_gate  # noqa: E402
+from tasks.flow_steps import record_draws, run_once, settled  # noqa: E402
 from tasks.refusal import refused, released  # noqa: E402
 from tasks.run_context import (  # noqa: E402
     ReleaseRun,
@@ -57,6 +58,7 @@ from tasks.safetab_p import (  # noqa: E402
     spill_persons_task,
     write_tables,
 )
+from tasks.validation_gate import validation_gate  # noqa: E402
 
 PRODUCT = "safetab-p"
 DEFAULT_DELTA = 1e-10

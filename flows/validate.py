@@ -3,8 +3,8 @@
 The validate-only deployments (``deploy/prefect.yaml``) run it before a release so that the
 curator reads the verdict and opens the report (Great Expectations Data Docs, ``report.html``)
 from the Prefect UI. The same task as the release flows' validation gate does the work
-(:func:`tasks.common.validate_inputs`); an invalid input fails the flow run, after the report
-and the artifacts are written.
+(:func:`tasks.validation_gate.validate_inputs`); an invalid input fails the flow run, after the
+report and the artifacts are written.
 """
 
 from __future__ import annotations
@@ -18,10 +18,11 @@ from typing import Any  # noqa: E402
 
 from prefect import flow, get_run_logger  # noqa: E402
 
-from das.cli.validate import record_in_ledger  # noqa: E402
+from das.products import release_product  # noqa: E402
+from das.runs.verdicts import record_verdict  # noqa: E402
 from das.validation import ValidationFailed, default_report_dir  # noqa: E402
-from tasks.common import validate_inputs  # noqa: E402
 from tasks.validate import publish_validation_artifacts  # noqa: E402
+from tasks.validation_gate import validate_inputs  # noqa: E402
 
 PRODUCTS = ("safetab-p", "phsafe")
 
@@ -45,7 +46,7 @@ def validate_flow(
     outcome = validate_inputs(product, str(config_path), str(data_dir), str(report_dir))
     summary = outcome.summary
     publish_validation_artifacts(product, label, summary)
-    recorded = record_in_ledger(product, config_path, outcome)
+    recorded = record_verdict(product, release_product(product).confidential, config_path, outcome)
     if recorded:
         get_run_logger().info(recorded)
     get_run_logger().info("%s inputs (%s): report in %s", product, label, report_dir)

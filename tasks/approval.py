@@ -28,7 +28,7 @@ from das.runs.ledger import ApprovalRequired, decimal_text  # noqa: E402
 from das.runs.policy import RunRefused  # noqa: E402
 
 if TYPE_CHECKING:
-    from tasks.run_context import ReleaseRun
+    from das.runs.lifecycle import ReleaseRun
 
 APPROVAL_TIMEOUT_ENV = "DAS_APPROVAL_TIMEOUT_SECONDS"
 DEFAULT_TIMEOUT = 24 * 3600

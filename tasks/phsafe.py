@@ -39,7 +39,12 @@ from das.postprocess.phsafe import (  # noqa: E402
     format_estimates,
     postprocess_phsafe,
 )
-from das.privacy.accounting import Measurement, PrivacyAccountant, compose  # noqa: E402
+from das.privacy.accounting import (  # noqa: E402
+    Measurement,
+    PrivacyAccountant,
+    combine_accountants,
+    compose,
+)
 from das.runs.curator_log import curator_log  # noqa: E402
 from das.runs.folder import RunFolder  # noqa: E402
 from das.runs.noise_store import (  # noqa: E402
@@ -48,13 +53,10 @@ from das.runs.noise_store import (  # noqa: E402
     secure_streams,
     seeded_streams,
 )
+from das.runs.records import read_records_locally  # noqa: E402
 from das.runs.release import RunLease  # noqa: E402
 from das.specs.config import PHSafeConfig  # noqa: E402
-from tasks.common import (  # noqa: E402
-    combine_ledgers,
-    read_records_locally,
-    unless_refused,
-)
+from tasks.flow_steps import unless_refused  # noqa: E402
 
 
 @dataclass(frozen=True)
@@ -141,7 +143,7 @@ def measure_table_task(
 
 def pass_accountant(plan: PHSafeParameters, results: list[TableResult]) -> PrivacyAccountant:
     """The pass's ledger: every table's queries composed sequentially under the pass total."""
-    return combine_ledgers(
+    return combine_accountants(
         plan.config.privacy_defn.value, plan.plan, [result.ledger for result in results]
     )
 

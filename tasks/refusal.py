@@ -30,7 +30,7 @@ from prefect.states import Cancelled, Completed  # noqa: E402
 from das.runs.audit import md_escape  # noqa: E402
 from das.runs.ledger import LedgerUnavailable, open_ledger  # noqa: E402
 from das.runs.policy import RunRefused  # noqa: E402
-from tasks.common import artifact_key  # noqa: E402
+from tasks.artifacts import artifact_key  # noqa: E402
 
 REFUSED = "Refused"
 _REFUSALS: set[str] = set()  # the messages of this process's refusals

@@ -25,7 +25,12 @@ from prefect.cache_policies import NO_CACHE  # noqa: E402
 
 from das.io.safetab_p import read_grf_c  # noqa: E402
 from das.io.writers import file_sha256  # noqa: E402
-from das.privacy.accounting import Measurement, PrivacyAccountant, compose  # noqa: E402
+from das.privacy.accounting import (  # noqa: E402
+    Measurement,
+    PrivacyAccountant,
+    combine_accountants,
+    compose,
+)
 from das.runs.curator_log import curator_log  # noqa: E402
 from das.runs.folder import RunFolder  # noqa: E402
 from das.runs.noise_store import (  # noqa: E402
@@ -34,6 +39,7 @@ from das.runs.noise_store import (  # noqa: E402
     secure_streams,
     seeded_streams,
 )
+from das.runs.records import read_records_locally  # noqa: E402
 from das.runs.release import RunLease  # noqa: E402
 from das.safetab_p.parameters import SafeTabPParameters  # noqa: E402
 from das.safetab_p.spill import (  # noqa: E402
@@ -55,11 +61,7 @@ from das.safetab_p.streamed import (  # noqa: E402
 )
 from das.specs.config import SafeTabPConfig  # noqa: E402
 from das.specs.race_specs import RaceEthnicitySpecs  # noqa: E402
-from tasks.common import (  # noqa: E402
-    combine_ledgers,
-    read_records_locally,
-    unless_refused,
-)
+from tasks.flow_steps import unless_refused  # noqa: E402
 
 TABLES = ("t1", "t2")
 
@@ -223,4 +225,4 @@ def pass_accountant(
     """The pass's ledger: every level's entries under the pass total (parallel with the other
     pass: disjoint people)."""
     plan = [m for m in job.plan() if m.metadata["pass"] == pass_name]
-    return combine_ledgers(job.config.privacy_defn.value, plan, [r.ledger for r in results])
+    return combine_accountants(job.config.privacy_defn.value, plan, [r.ledger for r in results])

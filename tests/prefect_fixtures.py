@@ -103,7 +103,7 @@ def assert_rejected_before_noise(output: Path, run_id: str, samples: list[str]) 
 
     assert samples == []
     folder = RunFolder(output, run_id)
-    assert list(folder.noise_dir.glob("*")) == [] and list(folder.ledger_dir.glob("*")) == []
+    assert list(folder.noise_dir.glob("*")) == [] and list(folder.accountants_dir.glob("*")) == []
     # The ledger returned the run's reservation: nothing counts as spent.
     from das.runs.ledger import open_ledger
 

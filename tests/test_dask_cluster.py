@@ -273,7 +273,7 @@ def _assert_killed_run_drew_each_measurement_once(
     assert audit["draws"]["fresh"] + audit["draws"]["reused"] == len(planned)
     assert audit["draws"]["reused"] >= 1
     ledger_entries = [
-        entry for path in folder.ledger_dir.glob("*.json")
+        entry for path in folder.accountants_dir.glob("*.json")
         for entry in json.loads(path.read_text())["measurements"]
     ]  # fmt: skip
     assert sorted(e["name"] for e in ledger_entries) == sorted(planned)

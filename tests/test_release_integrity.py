@@ -38,8 +38,8 @@ from prefect.client.schemas.filters import (  # noqa: E402
 )
 from prefect_fixtures import artifacts, server_logs, two_state_phsafe  # noqa: E402
 
-import tasks.common as common_tasks  # noqa: E402
 import tasks.safetab_p as safetab_tasks  # noqa: E402
+import tasks.validation_gate as gate_tasks  # noqa: E402
 from das.cli import main as das_main  # noqa: E402
 from das.io.writers import file_sha256  # noqa: E402
 from das.runs.folder import RunFolder  # noqa: E402
@@ -252,13 +252,13 @@ def test_a_config_swapped_for_infinity_while_the_run_validates_is_not_what_is_me
     exact = _exact_counts(tmp_path, data)
     infinite = json.loads(_params(tmp_path, infinite=True, name="swap").read_text())
     original = config.read_bytes()
-    validate = common_tasks.validate_inputs
+    validate = gate_tasks.validate_inputs
 
     def swapping(*args, **kwargs):
         config.write_text(json.dumps(infinite))  # the operator's Infinity copy lands now
         return validate(*args, **kwargs)
 
-    monkeypatch.setattr(common_tasks, "validate_inputs", swapping)
+    monkeypatch.setattr(gate_tasks, "validate_inputs", swapping)
     assert _run(config, data, out) == 0
     audit = _audit(out)
     assert audit["config"]["sha256"] == file_sha256_bytes(original)
@@ -277,7 +277,7 @@ def test_records_swapped_after_validation_stop_the_run_before_any_draw(
 ) -> None:
     config, data, out = _params(tmp_path), _data(tmp_path), tmp_path / "out"
     people = data / "person-records.txt"
-    validate = common_tasks.validate_inputs
+    validate = gate_tasks.validate_inputs
 
     def swapping(*args, **kwargs):
         outcome = validate(*args, **kwargs)
@@ -285,7 +285,7 @@ def test_records_swapped_after_validation_stop_the_run_before_any_draw(
         people.write_text("".join(lines[:-1]))  # one person fewer, after validation read it
         return outcome
 
-    monkeypatch.setattr(common_tasks, "validate_inputs", swapping)
+    monkeypatch.setattr(gate_tasks, "validate_inputs", swapping)
     assert _run(config, data, out, "--run-id", "swap") == 1
     err = capfd.readouterr().err
     assert "not the records validated: person-records changed" in err
@@ -322,7 +322,7 @@ def _zero_noise(folder: RunFolder) -> None:
         zeros = np.zeros_like(np.load(path))
         np.save(path, zeros)
         digests[path.name.split(".")[0]] = noise_digest(zeros)
-    for path in folder.ledger_dir.glob("*.json"):
+    for path in folder.accountants_dir.glob("*.json"):
         ledger = json.loads(path.read_text())
         for item in ledger["measurements"]:
             from das.runs.folder import safe_name

@@ -61,7 +61,7 @@ def test_draw_persists_noise_and_ledger_then_a_reopened_store_reuses(
     first = store.noise_for(m, 50, store.accountant)
     assert first.dtype == np.int64 and first.shape == (50,) and np.any(first != 0)
     assert store.fresh == [m.name] and sampler_calls == [50]
-    ledger = json.loads(store.folder.ledger_path(PARTITION).read_text())
+    ledger = json.loads(store.folder.accountant_path(PARTITION).read_text())
     assert ledger["measurements"][0]["noise_digest"] == noise_digest(first)
     again = _store(tmp_path, seed=99)  # another seed: only stored noise can give `first`
     reused = again.noise_for(m, 50, again.accountant)
@@ -110,7 +110,7 @@ def test_charged_but_unrecorded_draw_is_drawn_once_without_a_second_charge(
     folder = RunFolder(tmp_path, "run-1").create()
     crashed = PrivacyAccountant("zcdp", Fraction(1))
     crashed.charge(_measurement())  # the process died between charge and record
-    folder.ledger_path(PARTITION).write_text(json.dumps(crashed.to_dict()))
+    folder.accountant_path(PARTITION).write_text(json.dumps(crashed.to_dict()))
     store = NoiseStore.open(folder, PARTITION, "zcdp", Fraction(1), seeded_streams(1))
     store.noise_for(_measurement(), 3, store.accountant)
     assert store.fresh == [_measurement().name] and store.accountant.spent == Fraction(1, 2)
@@ -175,7 +175,7 @@ def test_every_release_draw_goes_through_the_block_sampler(
 
 def test_run_folder_layout_and_ids(tmp_path: Path) -> None:
     folder = RunFolder(tmp_path / "out", "abc").create()
-    assert folder.noise_dir.is_dir() and folder.ledger_dir.is_dir()
+    assert folder.noise_dir.is_dir() and folder.accountants_dir.is_dir()
     # Run state lives beside the release, never inside it.
     assert folder.root == tmp_path / "out.das" / "runs" / "abc" and folder.exists()
     assert folder.staging_dir == tmp_path / "out.das" / "staging" / "abc"

@@ -69,7 +69,7 @@ class _Live:
         from rich.progress_bar import ProgressBar
         from rich.table import Table
 
-        from tasks.progress import _duration
+        from das.runs.progress import duration_text
 
         table = Table.grid(padding=(0, 2))
         table.add_column()
@@ -86,12 +86,16 @@ class _Live:
                 state, mark, style = "", "·", "dim"
             bar = ProgressBar(total=100, completed=100 * stage.fraction, width=30)
             table.add_row(f"[{style}]{mark} {stage.name}", bar, f"[{style}]{state}", "")
-        eta = "" if snapshot.remaining is None else f", about {_duration(snapshot.remaining)} left"
+        eta = (
+            ""
+            if snapshot.remaining is None
+            else f", about {duration_text(snapshot.remaining)} left"
+        )
         table.add_row(
             f"[bold]{self.title}",
             ProgressBar(total=100, completed=snapshot.percent, width=30),
             f"[bold]{snapshot.percent:.0f}%",
-            f"elapsed {_duration(snapshot.elapsed)}{eta}",
+            f"elapsed {duration_text(snapshot.elapsed)}{eta}",
         )
         self.live.update(table)
 
@@ -99,7 +103,7 @@ class _Live:
 @contextlib.contextmanager
 def shown(product: str) -> Iterator[None]:
     """Show the progress of the run ``das run <product>`` starts in this process."""
-    from tasks.progress import watching
+    from das.runs.progress import watching
 
     title = f"das run {product}"
     if not sys.stderr.isatty():

@@ -163,18 +163,13 @@ def _preflight(args: argparse.Namespace, parameters: dict[str, Any]) -> str | No
     """The run's start checks before a Prefect API or a Dask cluster is started (the flow
     repeats them): a refusal costs a second, not the ~20 s of a temporary server. None when
     the run may start, else the refusal's text (with the next step in this command's syntax)."""
+    from das.products import release_product
     from das.runs.policy import RunRefused
     from das.runs.start import RunRequest, check_start
 
     product = args.run_product
-    if product == "safetab-p":
-        from das.safetab_p.parameters import parse_parameters, run_inputs
-
-        inputs = run_inputs(args.config, args.data, args.coterminous)
-    else:
-        from das.phsafe.parameters import parse_parameters, run_inputs
-
-        inputs = run_inputs(args.config, args.data)
+    released = release_product(product)
+    inputs = released.run_inputs(args.config, args.data, getattr(args, "coterminous", None))
     request = RunRequest(
         product=product,
         output=args.output,
@@ -189,7 +184,7 @@ def _preflight(args: argparse.Namespace, parameters: dict[str, Any]) -> str | No
         data_dir=args.data,
     )
     try:
-        check = check_start(request, inputs, parse_parameters, args.run_id)
+        check = check_start(request, inputs, released.parse_parameters, args.run_id)
     except RunRefused as exc:
         return exc.explained("cli")
     if check.ledger.created:

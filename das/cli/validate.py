@@ -14,10 +14,10 @@ from __future__ import annotations
 
 import argparse
 import sys
-from pathlib import Path
-from typing import Any
 
 from das.cli.arguments import positive_int, resolved_path
+from das.products import release_product
+from das.runs.verdicts import record_verdict
 from das.validation.runner import DEFAULT_SAMPLE_ROWS, REPORT_SUBDIR
 
 EXIT_VALID, EXIT_INVALID, EXIT_USAGE = 0, 1, 2
@@ -78,57 +78,9 @@ def _handler(args: argparse.Namespace) -> int:
     validate = validate_safetab_p if args.product == "safetab-p" else validate_phsafe
     report = validate(args.config, args.data, report_dir, sample_rows=args.gx_sample_rows)
     print("\n".join(report.summary_lines()))
-    recorded = record_in_ledger(args.product, args.config, report)
+    recorded = record_verdict(
+        args.product, release_product(args.product).confidential, args.config, report
+    )
     if recorded:
         print(recorded)
     return EXIT_VALID if report.ok else EXIT_INVALID
-
-
-def record_in_ledger(product: str, config: Path, report: Any) -> str | None:
-    """``report``: a validation report, or anything with its ``ok``/``errors``... summary and
-    ``fingerprints`` (the validate flow's outcome)."""
-    return _record(product, config, _summary(report), _fingerprints(report))
-
-
-def _summary(report: Any) -> dict[str, Any]:
-    if hasattr(report, "summary"):
-        return dict(report.summary)
-    return {
-        "ok": report.ok,
-        "errors": len(report.errors),
-        "warnings": len(report.warnings),
-        "failed_checks": sorted({f.check for f in report.errors}),
-    }
-
-
-def _fingerprints(report: Any) -> dict[str, str]:
-    return dict(getattr(report, "fingerprints", None) or {})
-
-
-def _record(
-    product: str, config: Path, summary: dict[str, Any], fingerprints: dict[str, str]
-) -> str | None:
-    """With a privacy ledger configured (``DAS_LEDGER_DIR`` / ``DAS_LEDGER_URL``), record the
-    verdict under the records' dataset id: a production run with ``--skip-validation`` needs a
-    passing one. A line saying so, or None when no ledger is configured."""
-    from das.io.writers import file_sha256
-    from das.runs.ledger import PrivacyLedger, configured_store
-    from das.runs.policy import RunRefused
-
-    store = configured_store()
-    if store is None:
-        return None
-    if product == "safetab-p":
-        from das.safetab_p.parameters import CONFIDENTIAL
-    else:
-        from das.phsafe.parameters import CONFIDENTIAL
-    try:
-        ledger = PrivacyLedger(store)
-        ledger.require_intact()
-        dataset = ledger.record_validation_of(
-            product, CONFIDENTIAL, fingerprints, file_sha256(config), summary
-        )
-    except RunRefused as exc:
-        return f"not recorded in the privacy ledger: {exc}"
-    where = "dataset " + dataset[:16] if dataset else "no dataset (records not read whole)"
-    return f"recorded in the privacy ledger {ledger.location}: {where}"

@@ -603,3 +603,18 @@ def summarize(accountant: PrivacyAccountant, delta: float = 1e-10) -> PrivacySum
             )
         )
     return PrivacySummary(PUREDP, spent, bounded, delta, epsilon_rdp=rdp)
+
+
+def combine_accountants(
+    definition: str, plan: Iterable[Measurement], partitions: Iterable[Mapping[str, Any]]
+) -> PrivacyAccountant:
+    """One pass's accountant from its partitions' persisted accountants (``to_dict``), under the
+    plan's total; refuses, exactly as one accountant would, an overspend or a duplicate."""
+    accountant = PrivacyAccountant(definition, compose(plan))
+    for partition in partitions:
+        for entry in PrivacyAccountant.from_dict(partition).entries:
+            if entry.noise_digest is None:
+                accountant.charge(entry.measurement)
+            else:
+                accountant.record(entry.measurement, entry.noise_digest)
+    return accountant

@@ -10,7 +10,8 @@ Layout, for ``--output OUT``::
             lease                   the token of the attempt that owns the run now
             noise/<measurement>.<token>.npy  one int64 noise vector per measurement drawn; the
                                     privacy ledger records which file and its digest
-            ledger/<partition>.json each partition's accountant (level, table): budgets, digests
+            accountants/<partition>.json  each partition's accountant (level, table): budgets,
+                                    digests
             validation/             the validation report of this run (curator only)
             run.log                 the run's local log (the curator's; may hold record counts)
             audit.json              the audit of the latest attempt, failed ones included
@@ -25,11 +26,13 @@ release was accepted.
 
 from __future__ import annotations
 
+import json
 import re
 import secrets
 import time
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 from das.io.atomic import atomic_write_text
 
@@ -100,8 +103,8 @@ class RunFolder:
         return self.root / "noise"
 
     @property
-    def ledger_dir(self) -> Path:
-        return self.root / "ledger"
+    def accountants_dir(self) -> Path:
+        return self.root / "accountants"
 
     @property
     def validation_dir(self) -> Path:
@@ -125,12 +128,22 @@ class RunFolder:
         return self.root.is_dir()
 
     def create(self) -> RunFolder:
-        for folder in (self.noise_dir, self.ledger_dir, self.validation_dir):
+        for folder in (self.noise_dir, self.accountants_dir, self.validation_dir):
             folder.mkdir(parents=True, exist_ok=True)
         return self
 
-    def ledger_path(self, partition: str) -> Path:
-        return self.ledger_dir / f"{safe_name(partition)}.json"
+    def accountant_path(self, partition: str) -> Path:
+        return self.accountants_dir / f"{safe_name(partition)}.json"
+
+    def stored_accountants(self) -> dict[str, Any]:
+        """Partition accountants persisted so far (digests and budgets only): the audit of a
+        failed run lists what is on disk, whoever drew it."""
+        if not self.accountants_dir.is_dir():
+            return {}
+        return {
+            path.stem: json.loads(path.read_text())
+            for path in sorted(self.accountants_dir.glob("*.json"))
+        }
 
     def noise_path(self, measurement_name: str) -> Path:
         return self.noise_dir / f"{safe_name(measurement_name)}.npy"

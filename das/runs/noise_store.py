@@ -195,7 +195,7 @@ class NoiseStore:
         draws: DrawLedger | None = None,
     ) -> NoiseStore:
         """The store of ``partition``: its persisted ledger when a previous attempt left one."""
-        path = folder.ledger_path(partition)
+        path = folder.accountant_path(partition)
         if path.is_file():
             accountant = PrivacyAccountant.from_dict(json.loads(path.read_text()))
             fresh = PrivacyAccountant(definition, total)
@@ -214,7 +214,7 @@ class NoiseStore:
 
     def save_ledger(self) -> None:
         atomic_write_text(
-            self.folder.ledger_path(self.partition),
+            self.folder.accountant_path(self.partition),
             json.dumps(self.accountant.to_dict(), indent=1),
         )
 
