@@ -12,11 +12,25 @@ and nothing else of ``das``.
 
 from das.signing.canonical import canonical_json, sha256_hex, statement_digest
 from das.signing.errors import SignatureInvalid, SigningError
+from das.signing.keys import (
+    SUPPORTED_ALGORITHMS,
+    PublicKey,
+    generate_key,
+    load_keys_file,
+    parse_public_key,
+    public_key_of,
+)
 
 __all__ = [
+    "SUPPORTED_ALGORITHMS",
+    "PublicKey",
     "SignatureInvalid",
     "SigningError",
     "canonical_json",
+    "generate_key",
+    "load_keys_file",
+    "parse_public_key",
+    "public_key_of",
     "sha256_hex",
     "statement_digest",
 ]
