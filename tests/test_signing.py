@@ -14,6 +14,9 @@ import os
 import shutil
 import struct
 import subprocess
+import tempfile
+import time
+from collections.abc import Iterator
 from fractions import Fraction
 from pathlib import Path
 
@@ -26,6 +29,7 @@ from hypothesis import strategies as st
 from das.signing import (
     SUPPORTED_ALGORITHMS,
     PublicKey,
+    SignatureInvalid,
     SigningError,
     canonical_json,
     generate_key,
@@ -33,7 +37,10 @@ from das.signing import (
     parse_public_key,
     public_key_of,
     sha256_hex,
+    sign,
+    signature_key,
     statement_digest,
+    verify,
 )
 
 REPO = Path(__file__).resolve().parents[1]
@@ -510,3 +517,332 @@ def test_public_key_of_an_encrypted_pem_key_asks_ssh_keygen_then_reads_the_pub_b
     )
     assert public_key_of(path) == expected
     assert public_key_of(path).label == "me"
+
+
+# -- SSHSIG ----------------------------------------------------------------------------------------
+
+NS = "das-approval@example.org"
+MESSAGE = canonical_json({"ledger": "L1", "spend": {"US": "1/4"}, "approver": "alice"})
+
+
+def _armor(blob: bytes) -> str:
+    text = base64.b64encode(blob).decode()
+    body = [text[start : start + 70] for start in range(0, len(text), 70)]
+    return "\n".join(["-----BEGIN SSH SIGNATURE-----", *body, "-----END SSH SIGNATURE-----"]) + "\n"
+
+
+def _blob(signature: str) -> bytes:
+    return base64.b64decode("".join(signature.strip().splitlines()[1:-1]))
+
+
+def _signed_data(namespace: str, message: bytes, hash_name: str = "sha512") -> bytes:
+    return (
+        b"SSHSIG"
+        + _ssh_string(namespace.encode())
+        + _ssh_string(b"")
+        + _ssh_string(hash_name.encode())
+        + _ssh_string(hashlib.new(hash_name, message).digest())
+    )
+
+
+def _sshsig(key_blob: bytes, namespace: str, hash_name: str, signature: bytes) -> str:
+    """An armored SSHSIG made field by field (PROTOCOL.sshsig), for the cases nobody signs."""
+    return _armor(
+        b"SSHSIG"
+        + struct.pack(">I", 1)
+        + _ssh_string(key_blob)
+        + _ssh_string(namespace.encode())
+        + _ssh_string(b"")
+        + _ssh_string(hash_name.encode())
+        + _ssh_string(signature)
+    )
+
+
+def _allowed_signers(folder: Path, key: PublicKey, principal: str = "alice@example") -> Path:
+    path = folder / "allowed_signers"
+    path.write_text(f"{principal} {PublicKey(key.algorithm, key.blob).openssh()}\n")
+    return path
+
+
+def _ssh_keygen_verifies(folder: Path, key: PublicKey, signature: str, message: bytes) -> bool:
+    """The oracle: ssh-keygen -Y verify -f allowed_signers -I principal -n NS -s sig < msg."""
+    allowed = _allowed_signers(folder, key)
+    sig = folder / "message.sig"
+    sig.write_text(signature)
+    command = ["ssh-keygen", "-Y", "verify", "-f", str(allowed), "-I", "alice@example"]
+    done = subprocess.run(
+        [*command, "-n", NS, "-s", str(sig)],
+        input=message,
+        capture_output=True,
+        timeout=60,
+        check=False,
+    )
+    return done.returncode == 0
+
+
+@pytest.fixture
+def rsa_key(tmp_path: Path, rsa_private: rsa.RSAPrivateKey) -> Path:
+    return _write_private(tmp_path / "id_rsa", rsa_private)
+
+
+@pytest.fixture
+def ecdsa_key(tmp_path: Path) -> Path:
+    return _write_private(tmp_path / "id_ecdsa", ec.generate_private_key(ec.SECP256R1()))
+
+
+def test_sign_writes_the_armor_ssh_keygen_writes(alice: Path) -> None:
+    signature = sign(MESSAGE, NS, alice)
+    lines = signature.split("\n")
+    assert lines[0] == "-----BEGIN SSH SIGNATURE-----"
+    assert lines[-2:] == ["-----END SSH SIGNATURE-----", ""]
+    assert {len(line) for line in lines[1:-3]} == {70}
+    assert 0 < len(lines[-3]) <= 70
+    assert signature_key(signature) == public_key_of(alice)
+
+
+@pytest.mark.parametrize("which", ["alice", "rsa_key"])
+def test_verify_returns_the_allowed_key_that_signed(
+    request: pytest.FixtureRequest, bob: Path, which: str
+) -> None:
+    key_path = request.getfixturevalue(which)
+    signer = public_key_of(key_path)
+    allowed = [public_key_of(bob), PublicKey(signer.algorithm, signer.blob, "approver 2")]
+    found = verify(MESSAGE, sign(MESSAGE, NS, key_path), NS, allowed)
+    assert (found, found.label) == (signer, "approver 2")
+
+
+def _flip_inside_signature(signature: str) -> str:
+    """The same armor with one base64 character of the signature bytes changed (still base64)."""
+    lines = signature.splitlines()
+    last = lines[-2]
+    index = len(last) // 2
+    lines[-2] = last[:index] + ("B" if last[index] != "B" else "C") + last[index + 1 :]
+    return "\n".join(lines) + "\n"
+
+
+def _cases(key_path: Path, other_path: Path) -> list[tuple[bytes, str, str, list, str]]:
+    """(message, signature, namespace, allowed, reason): one changed thing each."""
+    key, other = public_key_of(key_path), public_key_of(other_path)
+    good = sign(MESSAGE, NS, key_path)
+    changed = bytearray(MESSAGE)
+    changed[10] ^= 0x01
+    lines = good.splitlines()
+    garbled = "\n".join([lines[0], lines[1][:5] + "*" + lines[1][6:], *lines[2:]])
+    return [
+        (bytes(changed), good, NS, [key], "does not match the message"),
+        (
+            MESSAGE,
+            sign(MESSAGE, "git", key_path),
+            NS,
+            [key],
+            "wrong namespace: the signature is for 'git'",
+        ),
+        (MESSAGE, good, NS, [other], f"not allowed: {key.fingerprint}"),
+        (MESSAGE, "\n".join(lines[:2] + lines[-1:]), NS, [key], "malformed armor: its body is not"),
+        (
+            MESSAGE,
+            "\n".join([lines[0], lines[1][:68], lines[-1]]),
+            NS,
+            [key],
+            "malformed signature: it ends too early",
+        ),
+        (MESSAGE, "\n".join(lines[:-1]), NS, [key], "malformed armor: it does not end with"),
+        (MESSAGE, garbled, NS, [key], "malformed armor: its body is not base64"),
+        (MESSAGE, good[30:], NS, [key], "malformed armor: it does not start with"),
+        (MESSAGE, _flip_inside_signature(good), NS, [key], "does not match the message"),
+        (MESSAGE, sign(b"other bytes", NS, key_path), NS, [key], "does not match the message"),
+        (MESSAGE, good.replace("\n", "\n\n", 2), NS, [key], "malformed armor: a blank line"),
+    ]
+
+
+@pytest.mark.parametrize("which", ["alice", "rsa_key"])
+def test_each_tampered_signature_is_refused_with_its_reason(
+    request: pytest.FixtureRequest, bob: Path, which: str
+) -> None:
+    for message, signature, namespace, allowed, reason in _cases(
+        request.getfixturevalue(which), bob
+    ):
+        with pytest.raises(SignatureInvalid) as caught:
+            verify(message, signature, namespace, allowed)
+        assert reason in str(caught.value), reason
+
+
+def test_pasted_armor_with_crlf_and_surrounding_spaces_verifies(alice: Path) -> None:
+    signature = sign(MESSAGE, NS, alice)
+    pasted = "  \r\n" + "\r\n".join(f" {line}  " for line in signature.splitlines()) + "\r\n\t "
+    assert verify(MESSAGE, pasted, NS, [public_key_of(alice)]) == public_key_of(alice)
+
+
+def test_signature_key_reads_the_key_without_trusting_it(alice: Path) -> None:
+    assert signature_key(sign(b"anything", "other-namespace", alice)) == public_key_of(alice)
+    for junk in ("", "hello", "-----BEGIN SSH SIGNATURE-----\nAAAA\n-----END SSH SIGNATURE-----"):
+        with pytest.raises(SignatureInvalid, match="malformed"):
+            signature_key(junk)
+
+
+def test_signatures_nobody_should_accept_are_refused(alice: Path) -> None:
+    """Hash, signature algorithm and key type are checked before any cryptography."""
+    key = public_key_of(alice)
+    private = serialization.load_ssh_private_key(alice.read_bytes(), None)
+    md5 = _ssh_string(b"ssh-ed25519") + _ssh_string(private.sign(_signed_data(NS, MESSAGE, "md5")))
+    with pytest.raises(SignatureInvalid, match="unsupported hash algorithm 'md5'"):
+        verify(MESSAGE, _sshsig(key.blob, NS, "md5", md5), NS, [key])
+    wrong_kind = _ssh_string(b"rsa-sha2-512") + _ssh_string(b"\0" * 64)
+    with pytest.raises(SignatureInvalid, match="unsupported signature algorithm 'rsa-sha2-512'"):
+        verify(MESSAGE, _sshsig(key.blob, NS, "sha512", wrong_kind), NS, [key])
+    dsa = _ssh_string(b"ssh-dss") + _ssh_string(b"\x01" * 20)
+    with pytest.raises(SignatureInvalid, match="DSA keys"):
+        verify(MESSAGE, _sshsig(dsa, NS, "sha512", wrong_kind), NS, [key])
+    not_sshsig = _armor(b"NOTSIG" + _blob(sign(MESSAGE, NS, alice))[6:])
+    with pytest.raises(SignatureInvalid, match="no SSHSIG magic"):
+        verify(MESSAGE, not_sshsig, NS, [key])
+    version_2 = _blob(sign(MESSAGE, NS, alice))
+    with pytest.raises(SignatureInvalid, match="version 2"):
+        verify(MESSAGE, _armor(version_2[:6] + struct.pack(">I", 2) + version_2[10:]), NS, [key])
+
+
+@pytest.mark.parametrize("namespace", ["", "two words", "naïve", "line\nbreak"])
+def test_a_namespace_must_be_printable_ascii(alice: Path, namespace: str) -> None:
+    with pytest.raises(ValueError, match="namespace"):
+        sign(MESSAGE, namespace, alice)
+    with pytest.raises(ValueError, match="namespace"):
+        verify(MESSAGE, sign(MESSAGE, NS, alice), namespace, [public_key_of(alice)])
+
+
+def test_without_ssh_keygen_what_needs_it_is_refused_clearly(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, ecdsa_key: Path
+) -> None:
+    signature = sign(MESSAGE, NS, ecdsa_key)  # in-process: ECDSA signs without ssh-keygen
+    encrypted = tmp_path / "id_locked"
+    _encrypted_pem(encrypted, b"s3cret")
+    monkeypatch.setenv("PATH", str(tmp_path))
+    with pytest.raises(SignatureInvalid, match="without ssh-keygen"):
+        verify(MESSAGE, signature, NS, [public_key_of(ecdsa_key)])
+    with pytest.raises(SigningError, match=r"passphrase-protected.*ssh-keygen is not installed"):
+        sign(MESSAGE, NS, encrypted)
+
+
+@pytest.mark.integration
+@pytest.mark.parametrize(
+    ("kind", "extra"), [("ed25519", ()), ("rsa", ("-b", "2048")), ("ecdsa", ())]
+)
+def test_signatures_interoperate_with_ssh_keygen(
+    tmp_path: Path, ssh_keygen: str, kind: str, extra: tuple[str, ...]
+) -> None:
+    path = _new_ssh_key(tmp_path, kind, *extra)
+    key = public_key_of(path)
+    ours = sign(MESSAGE, NS, path)
+    assert _ssh_keygen_verifies(tmp_path, key, ours, MESSAGE)
+    assert not _ssh_keygen_verifies(tmp_path, key, ours, MESSAGE + b" ")  # the oracle can say no
+    theirs = _keygen("-Y", "sign", "-n", NS, "-f", str(path), stdin=MESSAGE)
+    assert verify(MESSAGE, theirs, NS, [key]) == key
+    if kind == "ed25519":  # deterministic signatures: the very same bytes
+        assert theirs == ours
+    with pytest.raises(SignatureInvalid, match="does not match the message"):
+        verify(MESSAGE + b" ", theirs, NS, [key])
+
+
+@pytest.mark.integration
+def test_an_ecdsa_tampered_message_is_refused_through_ssh_keygen(
+    tmp_path: Path, ssh_keygen: str, ecdsa_key: Path
+) -> None:
+    key = public_key_of(ecdsa_key)
+    signature = sign(MESSAGE, NS, ecdsa_key)
+    assert verify(MESSAGE, signature, NS, [key]) == key
+    with pytest.raises(
+        SignatureInvalid,
+        match=r"does not match the message: .* \(ssh-keygen: Signature verification failed",
+    ):
+        verify(MESSAGE[:-1], signature, NS, [key])
+
+
+def _fido_signature(namespace: str, message: bytes, flags: int) -> tuple[str, PublicKey]:
+    """An sk-ssh-ed25519 SSHSIG as a FIDO token makes it (OpenSSH's ssh-ed25519-sk.c): the token
+    signs SHA-256(application) || flags || counter || SHA-256(signed data)."""
+    private = ed25519.Ed25519PrivateKey.generate()
+    raw = private.public_key().public_bytes(
+        serialization.Encoding.Raw, serialization.PublicFormat.Raw
+    )
+    algorithm, application, counter = b"sk-ssh-ed25519@openssh.com", b"ssh:", 7
+    key_blob = _ssh_string(algorithm) + _ssh_string(raw) + _ssh_string(application)
+    header = hashlib.sha256(application).digest() + bytes([flags]) + struct.pack(">I", counter)
+    token = private.sign(header + hashlib.sha256(_signed_data(namespace, message)).digest())
+    inner = (
+        _ssh_string(algorithm) + _ssh_string(token) + bytes([flags]) + struct.pack(">I", counter)
+    )
+    return _sshsig(key_blob, namespace, "sha512", inner), PublicKey(algorithm.decode(), key_blob)
+
+
+@pytest.mark.integration
+def test_a_fido_key_signature_is_verified_through_ssh_keygen(ssh_keygen: str) -> None:
+    signature, key = _fido_signature(NS, MESSAGE, flags=0x01)  # user present
+    assert verify(MESSAGE, signature, NS, [key]) == key
+    with pytest.raises(SignatureInvalid, match="does not match the message"):
+        verify(MESSAGE + b"!", signature, NS, [key])
+    untouched, key = _fido_signature(NS, MESSAGE, flags=0x00)  # nobody touched the token
+    with pytest.raises(SignatureInvalid, match="lacks user presence"):
+        verify(MESSAGE, untouched, NS, [key])
+
+
+@pytest.fixture
+def ssh_agent(monkeypatch: pytest.MonkeyPatch) -> Iterator[Path]:
+    """A private ssh-agent on a socket of this test (stopped by its process id afterwards)."""
+    program = shutil.which("ssh-agent")
+    if program is None:
+        pytest.skip("ssh-agent (the OpenSSH client) is not installed")
+    folder = Path(tempfile.mkdtemp(prefix="das-agent-"))  # short: a socket path has a limit
+    socket = folder / "agent.sock"
+    agent = subprocess.Popen(
+        [program, "-D", "-a", str(socket)], stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL
+    )
+    try:
+        deadline = time.monotonic() + 10
+        while not socket.exists():
+            assert agent.poll() is None and time.monotonic() < deadline, "ssh-agent did not start"
+            time.sleep(0.05)
+        monkeypatch.setenv("SSH_AUTH_SOCK", str(socket))
+        yield socket
+    finally:
+        agent.terminate()
+        agent.wait(timeout=10)
+        shutil.rmtree(folder, ignore_errors=True)
+
+
+@pytest.mark.integration
+def test_a_key_held_only_by_ssh_agent_signs_through_its_pub_file(
+    tmp_path: Path, ssh_keygen: str, ssh_agent: Path
+) -> None:
+    path = _new_ssh_key(tmp_path, "ed25519")
+    key = public_key_of(path)
+    subprocess.run(["ssh-add", "-q", str(path)], check=True, capture_output=True, timeout=30)
+    path.unlink()  # only the agent holds the private key now
+    signature = sign(MESSAGE, NS, Path(f"{path}.pub"))
+    assert verify(MESSAGE, signature, NS, [key]) == key
+    assert _ssh_keygen_verifies(tmp_path, key, signature, MESSAGE)
+
+
+@pytest.mark.integration
+def test_a_passphrase_protected_key_signs_through_ssh_keygen(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, ssh_keygen: str
+) -> None:
+    path = tmp_path / "id_locked"
+    _keygen("-q", "-t", "ed25519", "-N", "open sesame", "-C", "locked", "-f", str(path))
+    key = public_key_of(path)
+    monkeypatch.delenv("SSH_AUTH_SOCK", raising=False)
+    _askpass(tmp_path, monkeypatch, "open sesame")  # what a person types at the prompt
+    signature = sign(MESSAGE, NS, path)
+    assert verify(MESSAGE, signature, NS, [key]) == key
+    _askpass(tmp_path, monkeypatch, "wrong")
+    with pytest.raises(SigningError, match=r"ssh-keygen could not sign .*incorrect passphrase"):
+        sign(MESSAGE, NS, path)
+
+
+@pytest.mark.integration
+def test_a_failure_of_ssh_keygen_is_reported_with_its_message(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, ssh_keygen: str, alice: Path
+) -> None:
+    monkeypatch.delenv("SSH_AUTH_SOCK", raising=False)
+    lone = tmp_path / "only.pub"
+    lone.write_text(public_key_of(alice).openssh())
+    with pytest.raises(SigningError, match=r'No private key found for public key ".*only\.pub"'):
+        sign(MESSAGE, NS, lone)

@@ -20,6 +20,7 @@ from das.signing.keys import (
     parse_public_key,
     public_key_of,
 )
+from das.signing.sshsig import sign, signature_key, verify
 
 __all__ = [
     "SUPPORTED_ALGORITHMS",
@@ -32,5 +33,8 @@ __all__ = [
     "parse_public_key",
     "public_key_of",
     "sha256_hex",
+    "sign",
+    "signature_key",
     "statement_digest",
+    "verify",
 ]
