@@ -6,7 +6,9 @@ signatures); those tests start it and are marked ``integration``. The rest is pu
 
 from __future__ import annotations
 
+import ast
 import base64
+import copy
 import hashlib
 import json
 import math
@@ -14,6 +16,7 @@ import os
 import shutil
 import struct
 import subprocess
+import sys
 import tempfile
 import time
 from collections.abc import Iterator
@@ -25,8 +28,13 @@ from cryptography.hazmat.primitives import serialization
 from cryptography.hazmat.primitives.asymmetric import ec, ed25519, rsa
 from hypothesis import given
 from hypothesis import strategies as st
+from securesystemslib.dsse import Envelope
+from securesystemslib.signer import CryptoSigner, SSlibKey
 
+import das.signing
 from das.signing import (
+    PAYLOAD_TYPE,
+    STATEMENT_TYPE,
     SUPPORTED_ALGORITHMS,
     PublicKey,
     SignatureInvalid,
@@ -38,10 +46,14 @@ from das.signing import (
     public_key_of,
     sha256_hex,
     sign,
+    sign_envelope,
     signature_key,
+    statement,
     statement_digest,
     verify,
+    verify_envelope,
 )
+from das.signing.attestation import pae
 
 REPO = Path(__file__).resolve().parents[1]
 
@@ -82,7 +94,7 @@ def test_canonical_json_keeps_non_ascii_as_utf8() -> None:
     ],
 )
 def test_canonical_json_refuses_floats_with_their_path(value: object, path: str) -> None:
-    with pytest.raises(TypeError, match="float") as caught:
+    with pytest.raises(TypeError, match="carry exact numbers as strings") as caught:
         canonical_json(value)
     assert f"{path} is a float" in str(caught.value)
 
@@ -846,3 +858,260 @@ def test_a_failure_of_ssh_keygen_is_reported_with_its_message(
     lone.write_text(public_key_of(alice).openssh())
     with pytest.raises(SigningError, match=r'No private key found for public key ".*only\.pub"'):
         sign(MESSAGE, NS, lone)
+
+
+# -- in-toto statements in DSSE envelopes ----------------------------------------------------------
+
+PREDICATE = "https://das.example.org/release-approval/v1"
+
+
+@pytest.fixture
+def release() -> dict:
+    return statement(
+        {"out/us.csv": sha256_hex(b"us"), "out/ak.csv": sha256_hex(b"ak")},
+        PREDICATE,
+        {"ledger": "L1", "spend": {"US": "1/4"}, "approvers": ("alice", "bob")},
+    )
+
+
+def test_a_statement_lists_its_subjects_by_name(release: dict) -> None:
+    assert release == {
+        "_type": "https://in-toto.io/Statement/v1",
+        "subject": [
+            {"name": "out/ak.csv", "digest": {"sha256": sha256_hex(b"ak")}},
+            {"name": "out/us.csv", "digest": {"sha256": sha256_hex(b"us")}},
+        ],
+        "predicateType": PREDICATE,
+        "predicate": {"ledger": "L1", "spend": {"US": "1/4"}, "approvers": ["alice", "bob"]},
+    }
+    assert release["_type"] == STATEMENT_TYPE
+    assert PAYLOAD_TYPE == "application/vnd.in-toto+json"
+
+
+@pytest.mark.parametrize(
+    ("subjects", "predicate_type", "predicate", "error", "fragment"),
+    [
+        ({}, PREDICATE, {}, ValueError, "at least one subject"),
+        ({"a": "ABC"}, PREDICATE, {}, ValueError, "64 lowercase hex"),
+        ({"a": sha256_hex(b"a").upper()}, PREDICATE, {}, ValueError, "64 lowercase hex"),
+        ({"": sha256_hex(b"a")}, PREDICATE, {}, ValueError, "non-empty string"),
+        ({"a": sha256_hex(b"a")}, "", {}, ValueError, "predicate_type"),
+        ({"a": sha256_hex(b"a")}, PREDICATE, {"epsilon": 0.5}, TypeError, "predicate.epsilon"),
+    ],
+)
+def test_a_statement_that_could_not_be_signed_is_refused(
+    subjects: dict, predicate_type: str, predicate: dict, error: type, fragment: str
+) -> None:
+    with pytest.raises(error, match=fragment):
+        statement(subjects, predicate_type, predicate)
+
+
+@pytest.mark.parametrize("which", ["alice", "rsa_key", "ecdsa_key"])
+def test_an_envelope_round_trips(request: pytest.FixtureRequest, release: dict, which: str) -> None:
+    key_path = request.getfixturevalue(which)
+    key = public_key_of(key_path)
+    envelope = json.loads(json.dumps(sign_envelope(release, key_path)))
+    assert envelope["payloadType"] == PAYLOAD_TYPE
+    assert base64.b64decode(envelope["payload"]) == canonical_json(release)
+    assert [entry["keyid"] for entry in envelope["signatures"]] == [key.fingerprint]
+    found, keys = verify_envelope(envelope, [key])
+    assert found == release
+    assert keys == [key] and keys[0].label == key.label
+
+
+def _with_payload(envelope: dict, payload: bytes) -> dict:
+    changed = copy.deepcopy(envelope)
+    changed["payload"] = base64.b64encode(payload).decode()
+    return changed
+
+
+def test_a_changed_envelope_is_refused(release: dict, alice: Path, bob: Path) -> None:
+    envelope = sign_envelope(release, alice)
+    key = public_key_of(alice)
+    payload = bytearray(base64.b64decode(envelope["payload"]))
+    payload[-5] ^= 0x01
+    with pytest.raises(SignatureInvalid, match="0 of the 1 required trusted signatures"):
+        verify_envelope(_with_payload(envelope, bytes(payload)), [key])
+    retyped = {**envelope, "payloadType": "application/json"}
+    with pytest.raises(SignatureInvalid, match="wrong payload type 'application/json'"):
+        verify_envelope(retyped, [key])
+    by_bob = sign_envelope(release, bob)
+    with pytest.raises(SignatureInvalid) as caught:
+        verify_envelope(by_bob, [key])
+    assert f"signatures that no trusted key made: {public_key_of(bob).fingerprint}" in str(
+        caught.value
+    )
+    with pytest.raises(SignatureInvalid, match="1 of the 2 required trusted signatures"):
+        verify_envelope(envelope, [key, public_key_of(bob)], threshold=2)
+
+
+def test_a_threshold_counts_distinct_trusted_signers(release: dict, alice: Path, bob: Path) -> None:
+    carol = generate_key(alice.parent / "carol", "carol@example")
+    both = sign_envelope(release, alice)
+    both["signatures"] += sign_envelope(release, bob)["signatures"]
+    trusted = [carol, public_key_of(bob), public_key_of(alice)]
+    found, keys = verify_envelope(both, trusted, threshold=2)
+    assert found == release
+    assert keys == [public_key_of(bob), public_key_of(alice)]  # in the order of the trusted keys
+    assert verify_envelope(both, [public_key_of(alice)])[1] == [public_key_of(alice)]
+    twice = copy.deepcopy(both)
+    twice["signatures"][1] = dict(twice["signatures"][0], keyid="another name")
+    with pytest.raises(SignatureInvalid, match="1 of the 2 required"):
+        verify_envelope(twice, trusted, threshold=2)
+    with pytest.raises(ValueError, match="threshold"):
+        verify_envelope(both, trusted, threshold=0)
+
+
+def test_a_keyid_is_only_a_hint(release: dict, alice: Path) -> None:
+    envelope = sign_envelope(release, alice)
+    for keyid in ("", "SHA256:somebody-else"):
+        relabelled = copy.deepcopy(envelope)
+        relabelled["signatures"][0]["keyid"] = keyid
+        assert verify_envelope(relabelled, [public_key_of(alice)])[1] == [public_key_of(alice)]
+    del relabelled["signatures"][0]["keyid"]
+    assert verify_envelope(relabelled, [public_key_of(alice)])[0] == release
+
+
+def test_an_envelope_verifies_with_securesystemslib_and_by_the_dsse_spec(
+    release: dict, alice: Path
+) -> None:
+    envelope = sign_envelope(release, alice)
+    private = serialization.load_ssh_private_key(alice.read_bytes(), None)
+    fingerprint = public_key_of(alice).fingerprint
+    theirs = Envelope.from_dict(copy.deepcopy(envelope))
+    accepted = theirs.verify([SSlibKey.from_crypto(private.public_key(), fingerprint)], 1)
+    assert list(accepted) == [fingerprint]
+    # The PAE of the DSSE specification's example, and a signature over it computed by hand.
+    assert pae("http://example.com/HelloWorld", b"hello world") == (
+        b"DSSEv1 29 http://example.com/HelloWorld 11 hello world"
+    )
+    payload = base64.b64decode(envelope["payload"])
+    by_hand = b"DSSEv1 %d %s %d %s" % (
+        len(PAYLOAD_TYPE),
+        PAYLOAD_TYPE.encode(),
+        len(payload),
+        payload,
+    )
+    private.public_key().verify(base64.b64decode(envelope["signatures"][0]["sig"]), by_hand)
+
+
+def _signed_payload(alice: Path, payload: bytes) -> dict:
+    """An envelope a trusted key signed around any payload (sign_envelope signs statements only)."""
+    private = serialization.load_ssh_private_key(alice.read_bytes(), None)
+    envelope = Envelope(payload, PAYLOAD_TYPE, {})
+    envelope.sign(CryptoSigner(private, SSlibKey.from_crypto(private.public_key(), "alice")))
+    return envelope.to_dict()
+
+
+@pytest.mark.parametrize(
+    ("document", "fragment"),
+    [
+        (b'{"_type": "https://in-toto.io/Statement/v0.1"}', "_type is"),
+        (b"[1, 2]", "not a JSON object"),
+        (b"not json", "the payload is not JSON"),
+        (b'{"_type": "https://in-toto.io/Statement/v1", "_type": "x"}', "appears twice"),
+        (b'{"x": NaN}', "NaN is not JSON"),
+        (b'{"_type": "https://in-toto.io/Statement/v1", "subject": []}', "subject is not"),
+        (
+            b'{"_type": "https://in-toto.io/Statement/v1", "subject": [{"name": "a"}]}',
+            "subject[0] has no digest",
+        ),
+        (
+            b'{"_type": "https://in-toto.io/Statement/v1", '
+            b'"subject": [{"name": "a", "digest": {"sha256": "00"}}]}',
+            "predicateType",
+        ),
+    ],
+)
+def test_a_signed_payload_that_is_not_a_statement_is_refused(
+    alice: Path, document: bytes, fragment: str
+) -> None:
+    with pytest.raises(SignatureInvalid) as caught:
+        verify_envelope(_signed_payload(alice, document), [public_key_of(alice)])
+    assert fragment in str(caught.value)
+
+
+def _malformed(envelope: dict) -> list[tuple[object, str]]:
+    def edit(**changes: object) -> dict:
+        return {**copy.deepcopy(envelope), **changes}
+
+    first = envelope["signatures"][0]
+    return [
+        ([envelope], "not a JSON object"),
+        ({k: v for k, v in envelope.items() if k != "payload"}, "no payload"),
+        (edit(payloadType=7), "payloadType is not a string"),
+        (edit(payload="not base64!"), "payload is not valid base64"),
+        (edit(signatures=[]), "signatures is not a non-empty list"),
+        (edit(signatures=[{"keyid": "x"}]), "signatures[0] has no sig"),
+        (edit(signatures=[dict(first, sig="***")]), "signatures[0].sig is not valid base64"),
+        (edit(signatures=[dict(first, keyid=3)]), "signatures[0].keyid is not text"),
+    ]
+
+
+def test_a_malformed_envelope_is_refused(release: dict, alice: Path) -> None:
+    envelope = sign_envelope(release, alice)
+    for broken, fragment in _malformed(envelope):
+        with pytest.raises(SignatureInvalid, match="malformed envelope") as caught:
+            verify_envelope(broken, [public_key_of(alice)])  # type: ignore[arg-type]
+        assert fragment in str(caught.value), fragment
+
+
+def test_sign_envelope_needs_a_statement_and_an_unattended_key(
+    tmp_path: Path, release: dict, alice: Path
+) -> None:
+    with pytest.raises(ValueError, match="not an in-toto Statement v1: _type"):
+        sign_envelope({**release, "_type": "https://in-toto.io/Statement/v0.1"}, alice)
+    locked = tmp_path / "locked"
+    _encrypted_pem(locked, b"s3cret")
+    with pytest.raises(SigningError, match=r"passphrase-protected.*unencrypted OpenSSH"):
+        sign_envelope(release, locked)
+    with pytest.raises(SigningError, match="is a public key"):
+        sign_envelope(release, Path(f"{alice}.pub"))
+
+
+# -- the package -----------------------------------------------------------------------------------
+
+
+def test_the_facade_exports_the_public_api() -> None:
+    assert sorted(das.signing.__all__) == sorted(
+        [
+            "PAYLOAD_TYPE",
+            "STATEMENT_TYPE",
+            "SUPPORTED_ALGORITHMS",
+            "PublicKey",
+            "SignatureInvalid",
+            "SigningError",
+            "canonical_json",
+            "generate_key",
+            "load_keys_file",
+            "parse_public_key",
+            "public_key_of",
+            "sha256_hex",
+            "sign",
+            "sign_envelope",
+            "signature_key",
+            "statement",
+            "statement_digest",
+            "verify",
+            "verify_envelope",
+        ]
+    )
+    assert all(hasattr(das.signing, name) for name in das.signing.__all__)
+    assert issubclass(SignatureInvalid, SigningError) and issubclass(SigningError, ValueError)
+
+
+def test_the_package_imports_only_the_standard_library_and_its_three_libraries() -> None:
+    """A foundation layer: nothing of das outside das.signing, nothing else installed."""
+    allowed = set(sys.stdlib_module_names) | {"cryptography", "sshsig", "securesystemslib"}
+    for source in sorted((REPO / "das" / "signing").glob("*.py")):
+        for node in ast.walk(ast.parse(source.read_text(), filename=str(source))):
+            if isinstance(node, ast.Import):
+                names = [alias.name for alias in node.names]
+            elif isinstance(node, ast.ImportFrom):
+                assert node.level == 0, f"{source.name}: relative import"
+                names = [node.module or ""]
+            else:
+                continue
+            for name in names:
+                inside = name == "das.signing" or name.startswith("das.signing.")
+                assert inside or name.split(".")[0] in allowed, f"{source.name} imports {name}"

@@ -10,6 +10,13 @@ A foundation layer: it imports the standard library, cryptography, sshsig and se
 and nothing else of ``das``.
 """
 
+from das.signing.attestation import (
+    PAYLOAD_TYPE,
+    STATEMENT_TYPE,
+    sign_envelope,
+    statement,
+    verify_envelope,
+)
 from das.signing.canonical import canonical_json, sha256_hex, statement_digest
 from das.signing.errors import SignatureInvalid, SigningError
 from das.signing.keys import (
@@ -23,6 +30,8 @@ from das.signing.keys import (
 from das.signing.sshsig import sign, signature_key, verify
 
 __all__ = [
+    "PAYLOAD_TYPE",
+    "STATEMENT_TYPE",
     "SUPPORTED_ALGORITHMS",
     "PublicKey",
     "SignatureInvalid",
@@ -34,7 +43,10 @@ __all__ = [
     "public_key_of",
     "sha256_hex",
     "sign",
+    "sign_envelope",
     "signature_key",
+    "statement",
     "statement_digest",
     "verify",
+    "verify_envelope",
 ]
