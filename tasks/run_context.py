@@ -23,7 +23,7 @@ from prefect import get_run_logger  # noqa: E402
 from prefect.artifacts import create_markdown_artifact  # noqa: E402
 
 from das.privacy.accounting import PrivacyAccountant  # noqa: E402
-from das.runs.ledger import ApprovalRequired, LedgerInfo, PrivacyLedger  # noqa: E402
+from das.runs.ledger import Approval, LedgerInfo, PrivacyLedger  # noqa: E402
 from das.runs.lifecycle import ReleaseRun, RunHost, resolve_path  # noqa: E402
 from das.runs.lifecycle import release_run as engine_release_run  # noqa: E402
 from das.runs.progress import RunProgress  # noqa: E402
@@ -107,15 +107,10 @@ class PrefectHost:
             extra = [f"attempt-{attempt}", "resumed"]
             client.update_flow_run(run_id, tags=[*tags, *(t for t in extra if t not in tags)])
 
-    def approve_spend(self, run: ReleaseRun, refusal: ApprovalRequired) -> Mapping[str, Any]:
-        from tasks.approval import wait_for_approval
+    def await_approval(self, run: ReleaseRun, request: Approval) -> None:
+        from tasks.approval import await_approval
 
-        decision = wait_for_approval(run, refusal)
-        return {
-            "approver": decision.approver,
-            "note": decision.note,
-            "via": f"Prefect UI, flow run {flow_run_id()}",
-        }
+        await_approval(run, request, flow_run_id())
 
     def check_cluster(
         self, files: Mapping[str, Path], run_root: Path, ledger: PrivacyLedger

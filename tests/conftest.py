@@ -25,10 +25,14 @@ CENSUS_SPECS = SHARED / "census_specs"
 
 @pytest.fixture(autouse=True)
 def private_default_ledger(tmp_path_factory: pytest.TempPathFactory, monkeypatch) -> Path:
-    """Each test gets its own per-user default privacy ledger (XDG_DATA_HOME): tests that
-    release the same toy records must not meet each other's recorded spend."""
+    """Each test gets its own per-user default privacy ledger, run key and approver journal
+    (XDG_DATA_HOME) and its own state root (XDG_STATE_HOME): tests that release the same toy
+    records must not meet each other's recorded spend or run state."""
     home = tmp_path_factory.mktemp("xdg-data")
     monkeypatch.setenv("XDG_DATA_HOME", str(home))
+    monkeypatch.setenv("XDG_STATE_HOME", str(tmp_path_factory.mktemp("xdg-state")))
+    for name in ("DAS_RUN_KEY", "DAS_STATE_DIR"):
+        monkeypatch.delenv(name, raising=False)
     return home / "das" / "ledger"
 
 

@@ -18,6 +18,7 @@ COMMAND_MODULES = (
     "validate",
     "run",
     "ledger",
+    "release",
     "coterminous",
     "swap",
     "demo",

@@ -44,7 +44,7 @@ import urllib.parse
 import urllib.request
 from collections.abc import Sequence
 from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 from das.cli.arguments import resolved_path
 from das.cli.deploy_layout import (
@@ -71,6 +71,7 @@ SAFETAB_P_INPUTS = {"person-records", "GRF-C"}
 VARIABLES = {
     "das_checkout": "the checkout on the worker hosts (with its .venv)",
     "das_root": "the folder of inputs and outputs (layout in deploy/prefect.yaml)",
+    "das_run_key": "the run key on the worker hosts (DAS_RUN_KEY: signs each release)",
 }
 # The privacy ledger the deployments use, set together from the ledger options: a folder, or a
 # database URL (no password: the file named by das_ledger_password_file holds it), and the
@@ -98,6 +99,13 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     )
     deploy.add_argument("--checkout", type=resolved_path, default=None, help="sets das_checkout")
     deploy.add_argument("--root", type=resolved_path, default=None, help="sets das_root")
+    deploy.add_argument(
+        "--run-key",
+        type=resolved_path,
+        default=None,
+        help="sets das_run_key: the service account's run key file on the worker hosts (an "
+        "OpenSSH ed25519 key, 0600; the charter names its public half)",
+    )
     ledger = deploy.add_mutually_exclusive_group()
     ledger.add_argument("--ledger", type=resolved_path, default=None, help="sets das_ledger_dir")
     ledger.add_argument(
@@ -245,9 +253,25 @@ def local_phsafe_config(pass_name: str) -> dict:
     return config
 
 
-def ledger_id(store: LedgerStore, local: bool) -> str:
-    """The id of the initialized ledger in ``store`` (the local profile creates it);
-    :class:`LedgerNotReady` otherwise."""
+def local_keys(root: Path) -> tuple[Path, Path]:
+    """The local profile's approver key and its run key, under ``<root>/keys`` (created once,
+    0600): on one account, for trying the production path, never for production — where the
+    approvers' keys are their own and the run key the service account's."""
+    from das.signing import generate_key
+
+    keys = root / "keys"
+    keys.mkdir(parents=True, exist_ok=True, mode=0o700)
+    approver, runner = keys / "local-approver", keys / "local-run-key"
+    for path, comment in ((approver, "das deploy --local approver"),
+                          (runner, "das deploy --local run key")):  # fmt: skip
+        if not path.exists():
+            generate_key(path, comment)
+    return approver, runner
+
+
+def ledger_id(store: LedgerStore, local: bool, root: Path | None = None) -> str:
+    """The id of the initialized ledger in ``store``; the local profile creates it, chartered
+    with its local approver key (quorum 1) and run key. :class:`LedgerNotReady` otherwise."""
     from das.runs.ledger import PrivacyLedger
     from das.runs.policy import RunRefused
 
@@ -255,38 +279,67 @@ def ledger_id(store: LedgerStore, local: bool) -> str:
         blank = store.file_state() == "absent" or (
             store.file_state() == "server" and not store.has_tables()
         )
-        if local and blank and PrivacyLedger.create_if_absent(store):
-            info = PrivacyLedger(store).info()
+        if local and blank and root is not None:
+            info = create_local_ledger(store, root)
             print(f"das deploy: created the local privacy ledger {info.ledger_id} at "
-                  f"{info.location}", flush=True)  # fmt: skip
+                  f"{info.location}, chartered with the local approver key (quorum 1)",
+                  flush=True)  # fmt: skip
             return info.ledger_id
         return PrivacyLedger(store).require_intact().ledger_id
     except RunRefused as exc:
         where = f"--ledger {store.path.parent}" if store.path else "--url URL"
-        raise LedgerNotReady(f"{exc}. Create it first: das ledger init {where}") from None
+        raise LedgerNotReady(
+            f"{exc}. Create it first: das ledger init {where} --approvers FILE --quorum K --key KEY"
+        ) from None
+
+
+def create_local_ledger(store: LedgerStore, root: Path) -> Any:
+    """A chartered ledger for the local profile (see :func:`local_keys`)."""
+    import uuid
+
+    from das.runs.ledger import PrivacyLedger
+    from das.runs.ledger.charter import CHARTER_NAMESPACE, charter_statement
+    from das.runs.ledger.ledger import ledger_ceilings
+    from das.signing import canonical_json, public_key_of
+    from das.signing.sshsig import sign
+
+    approver, runner = local_keys(root)
+    ledger_id = str(uuid.uuid4())
+    limits = ledger_ceilings(None)
+    statement = charter_statement(
+        ledger_id=ledger_id, approvers=[public_key_of(approver)], quorum=1,
+        runners=[public_key_of(runner)], ceilings=limits, previous=None,
+    )  # fmt: skip
+    signature = sign(canonical_json(statement), CHARTER_NAMESPACE, approver)
+    ledger = PrivacyLedger.initialize(
+        store, limits, ledger_id=ledger_id, charter=(statement, signature)
+    )
+    return ledger.info()
 
 
 def approve_local_releases(root: Path, store: LedgerStore) -> None:
-    """One approval per release deployment of the local profile, unless one is open: the
-    first run of each spends without a pause; a second pauses for a decision in the UI."""
-    from das.cli.ledger import approve_spend
+    """One approval per release deployment of the local profile, signed by the local approver
+    key, unless one is open: the first run of each spends without a pause; a second pauses for
+    the approvers' signatures in the UI."""
     from das.runs.ledger import PrivacyLedger
-    from das.runs.seal import seal_files
+    from das.spend_approval import propose, sealed_spend, sign_proposal
 
     ledger = PrivacyLedger(store)
+    approver, _ = local_keys(root)
     for product, config, data in LOCAL_RELEASES:
-        config_sha = seal_files({"config.json": root / config}).sha256("config.json")
-        if ledger.has_open_approval(product, config_sha):
+        sealed, _plan = sealed_spend(product, root / config, root / data)
+        if ledger.has_open_approval(product, sealed.digest):
             continue
-        approval = approve_spend(
-            ledger,
-            product,
-            root / config,
-            root / data,
-            "das deploy --local: first release of the local inputs",
+        proposal = propose(
+            ledger, product, root / config, root / data,
+            note="das deploy --local: first release of the local inputs",
+        )  # fmt: skip
+        approval = sign_proposal(ledger, proposal, approver)
+        print(
+            f"das deploy: approved the first {product} release of {data} "
+            f"({approval.approval_id}, signed by the local approver key)",
+            flush=True,
         )
-        print(f"das deploy: approved the first {product} release of {data} "
-              f"({approval['approval_id']})", flush=True)  # fmt: skip
 
 
 def ledger_values(args: argparse.Namespace, root: Path | None) -> tuple[LedgerStore, dict] | None:
@@ -351,11 +404,15 @@ def deploy_command(args: argparse.Namespace) -> int:
     if checkout is None or not (checkout / PREFECT_FILE).is_file():
         print(f"das deploy: error: no {PREFECT_FILE} here or in --checkout", file=sys.stderr)
         return EXIT_USAGE
-    paths: dict[str, Path | None] = {"das_checkout": args.checkout, "das_root": args.root}
+    paths: dict[str, Path | None] = {
+        "das_checkout": args.checkout, "das_root": args.root, "das_run_key": args.run_key,
+    }  # fmt: skip
     root = None
     if args.local:
         root = (args.root or checkout / LOCAL_ROOT).resolve()
-        paths = {"das_checkout": checkout, "das_root": root}
+        paths = {
+            "das_checkout": checkout, "das_root": root, "das_run_key": local_keys(root)[1],
+        }  # fmt: skip
     from das.runs.policy import RunRefused
 
     try:
@@ -367,7 +424,7 @@ def deploy_command(args: argparse.Namespace) -> int:
         print(f"das deploy: local profile, inputs and outputs under {root}", flush=True)
         try:
             prepare_local_inputs(root)
-            ledger_id(ledger[0], local=True)
+            ledger_id(ledger[0], local=True, root=root)
             approve_local_releases(root, ledger[0])
         except (LocalInputsFailed, LedgerNotReady, RunRefused) as exc:
             print(f"das deploy: error: {exc}", file=sys.stderr)
@@ -395,7 +452,7 @@ def deploy_command(args: argparse.Namespace) -> int:
     }
     if ledger is not None:
         try:
-            identity = ledger_id(ledger[0], local=args.local)
+            identity = ledger_id(ledger[0], local=args.local, root=root)
         except LedgerNotReady as exc:
             print(f"das deploy: error: {exc}", file=sys.stderr)
             return EXIT_USAGE

@@ -1,21 +1,36 @@
-"""`das ledger init|approve|show|verify`: the privacy ledger, the system of record of every spend.
+"""`das ledger`: the privacy ledger, the system of record of every spend, and who may approve one.
 
-  das ledger init    [--ledger DIR | --url URL] [--max-rho X] [--max-epsilon Y]
-  das ledger approve --product P --config CONFIG --data DIR [--note TEXT] [--ledger DIR | --url URL]
-  das ledger show    [--ledger DIR | --url URL | --output OUT] [--dataset ID] [--json]
-  das ledger verify  [--ledger DIR | --url URL] [--release OUT ...] [--no-prefect] [--json]
+  das ledger init     [--ledger DIR | --url URL] [--max-rho X] [--max-epsilon Y]
+                      [--approvers FILE --quorum K --key KEY [--runner-key PUB ...]]
+  das ledger charter  show | sign --key KEY | propose --key KEY [--approvers FILE] [--quorum K]
+                      [--runner-key PUB ...]
+  das ledger approve  --product P --config CONFIG --data DIR [--coterminous FILE] --key KEY
+                      [--note TEXT] [--valid-days N] [--new-history]
+  das ledger approve  --approval ID --key KEY [--new-history]
+  das ledger reject   --approval ID --reason TEXT
+  das ledger release  --run-id ID --reason TEXT
+  das ledger show     [--output OUT] [--dataset ID] [--json]
+  das ledger verify   [--release OUT ...] [--no-prefect] [--json]
 
 The ledger is ``--ledger DIR`` (a folder holding ``ledger.sqlite``), ``--url`` (a SQLAlchemy
-URL, e.g. PostgreSQL), else ``DAS_LEDGER_URL`` / ``DAS_LEDGER_DIR``, else (outside production)
-the per-user default. ``init`` creates it once (production never creates one implicitly), with
-ceilings per pass at most ρ 10 (zCDP) and ε 30 (pure DP). ``approve`` records a person's
-decision to spend a config's per-pass totals on one dataset (its records are read once to
-fingerprint them); in production no run draws without one. ``verify`` checks the hash chain,
-that the ledger holds every head the Prefect server recorded for it (the server of
-PREFECT_API_URL, else the local one `das run` uses; ``--no-prefect`` skips this and says so),
-and, for each ``--release``, that the release is what the ledger recorded. Exit codes: 0 done /
-intact, 1 verification found problems, 2 refused or usage error, 3 the Prefect server could not
-be asked.
+URL, e.g. PostgreSQL; its password from DAS_LEDGER_PASSWORD_FILE), else ``DAS_LEDGER_URL`` /
+``DAS_LEDGER_DIR``, else (outside production) the per-user default.
+
+A **production ledger has a charter**: the approvers' OpenSSH public keys (``--approvers``: one
+per line, or git's allowed-signers format), the quorum of distinct approvers a spend needs, the
+run keys whose runs sign releases (``--runner-key``; by default this account's run key,
+DAS_RUN_KEY), the ceilings — signed by a quorum of the approvers it names (``--key`` signs
+first; the others run ``charter sign``). Every run against a chartered ledger is a production
+run. A spend is approved by a quorum signing one statement of exactly it (``approve --key``;
+the second approver finds the first's statement and signs the same). ``--key`` is an approver's
+private key file, or its ``.pub`` when the private half is in ssh-agent. Before a key signs, its
+owner is shown the statement and what their own journal knows (a second ledger, records
+approved elsewhere, approvals this ledger no longer holds); such findings need
+``--new-history``. ``verify`` checks the chain, the charters, the Prefect server's witnessed
+heads, and each ``--release`` against the ledger.
+
+Exit codes: 0 done / intact, 1 verification found problems, 2 refused or usage error, 3 the
+ledger or the Prefect server could not be reached.
 """
 
 from __future__ import annotations
@@ -28,51 +43,97 @@ from fractions import Fraction
 from pathlib import Path
 from typing import Any
 
-from das.cli.arguments import resolved_path
+from das.cli.arguments import positive_int, resolved_path
 
 UNITS = {"zcdp": "rho (zCDP)", "puredp": "epsilon (pure DP)"}
 EXIT_OK, EXIT_PROBLEMS, EXIT_REFUSED = 0, 1, 2
-APPROVAL_FIELDS = ("approval_id", "product", "config_sha256", "by", "note", "via", "at", "used_by")
 
 
 def register(subparsers: argparse._SubParsersAction) -> None:
     ledger = subparsers.add_parser(
         "ledger",
-        help="the privacy ledger: init, approve spend, show, verify",
+        help="the privacy ledger: init, charter, approve, show, verify",
         description=__doc__,
         formatter_class=argparse.RawDescriptionHelpFormatter,
     )
     commands = ledger.add_subparsers(dest="ledger_command", required=True)
 
-    init = commands.add_parser("init", help="create a ledger (once)")
+    init = commands.add_parser("init", help="create a ledger (once); with --approvers, chartered")
     _where(init)
     init.add_argument("--max-rho", help="ceiling per pass under zCDP (default and maximum 10)")
     init.add_argument(
         "--max-epsilon", help="ceiling per pass under pure DP (default and maximum 30)"
     )
+    _charter_options(init)
     init.set_defaults(handler=_reporting_faults(_init))
 
+    charter = commands.add_parser("charter", help="the approvers, quorum and run keys")
+    charter_commands = charter.add_subparsers(dest="charter_command", required=True)
+    show = charter_commands.add_parser("show", help="the charters and which is in force")
+    _where(show)
+    show.add_argument("--json", action="store_true", help="one JSON object on stdout")
+    show.set_defaults(handler=_reporting_faults(_charter_show))
+    sign = charter_commands.add_parser("sign", help="add your signature to a pending charter")
+    _where(sign)
+    sign.add_argument("--key", required=True, type=resolved_path, help="your approver key")
+    sign.add_argument("--charter", help="the charter's digest (prefix); default: the pending one")
+    sign.add_argument("--new-history", action="store_true", help="sign a charter of a ledger "
+                      "your journal does not know, though you signed for others")  # fmt: skip
+    sign.set_defaults(handler=_reporting_faults(_charter_sign))
+    propose = charter_commands.add_parser(
+        "propose", help="a new charter continuing the one in force (rotate approvers or keys)"
+    )
+    _where(propose)
+    _charter_options(propose, required=False)
+    propose.add_argument("--max-rho", help="the new ceiling per pass under zCDP")
+    propose.add_argument("--max-epsilon", help="the new ceiling per pass under pure DP")
+    propose.set_defaults(handler=_reporting_faults(_charter_propose))
+
     approve = commands.add_parser(
-        "approve", help="approve a config's per-pass spend on one dataset"
+        "approve", help="sign the spend of a config on one dataset (an approver's key)"
     )
     _where(approve)
-    approve.add_argument("--product", required=True, choices=("safetab-p", "phsafe"))
-    approve.add_argument("--config", required=True, type=resolved_path, help="config.json")
+    approve.add_argument("--product", choices=("safetab-p", "phsafe"))
+    approve.add_argument("--config", type=resolved_path, help="config.json (spec files beside it)")
+    approve.add_argument("--data", type=resolved_path, help="the folder of the records to spend on")
     approve.add_argument(
-        "--data", required=True, type=resolved_path, help="the folder of the records to spend on"
+        "--coterminous", type=resolved_path, help="SafeTab-P: the run's coterminous file"
     )
-    approve.add_argument("--note", default="", help="why (recorded with the approval)")
+    approve.add_argument("--approval", help="sign this pending approval (a paused run's request)")
+    approve.add_argument(
+        "--key", type=resolved_path, help="your approver key (required for a chartered ledger)"
+    )
+    approve.add_argument("--note", default="", help="why (part of the signed statement)")
+    approve.add_argument(
+        "--valid-days", type=positive_int, default=7, help="how long it may be spent (default 7)"
+    )
+    approve.add_argument("--new-history", action="store_true",
+                         help="sign although your journal found another history")  # fmt: skip
     approve.add_argument("--json", action="store_true", help="one JSON object on stdout")
     approve.set_defaults(handler=_reporting_faults(_approve))
 
-    show = commands.add_parser("show", help="print runs, spend, approvals and totals")
-    where = _where(show)
+    reject = commands.add_parser("reject", help="reject a pending approval (nothing is spent)")
+    _where(reject)
+    reject.add_argument("--approval", required=True, help="the approval's id")
+    reject.add_argument("--reason", required=True, help="why (recorded)")
+    reject.set_defaults(handler=_reporting_faults(_reject))
+
+    release = commands.add_parser(
+        "release", help="return the reservation of a run that stopped before its first draw"
+    )
+    _where(release)
+    release.add_argument("--run-id", required=True, help="the run")
+    release.add_argument("--reason", required=True, help="why (recorded with who)")
+    release.set_defaults(handler=_reporting_faults(_release))
+
+    show_ledger = commands.add_parser("show", help="print runs, spend, approvals and totals")
+    where = _where(show_ledger)
     where.add_argument(
         "--output", type=resolved_path, help="a release folder: the ledger its run used"
     )
-    show.add_argument("--dataset", help="only this dataset (its id, or a prefix of it)")
-    show.add_argument("--json", action="store_true", help="one JSON object on stdout")
-    show.set_defaults(handler=_reporting_faults(_show))
+    show_ledger.add_argument("--dataset", help="only this dataset (its id, or a prefix of it)")
+    show_ledger.add_argument("--json", action="store_true", help="one JSON object on stdout")
+    show_ledger.set_defaults(handler=_reporting_faults(_show))
 
     verify = commands.add_parser("verify", help="check the chain and releases against it")
     _where(verify)
@@ -88,21 +149,44 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     verify.set_defaults(handler=_reporting_faults(_verify))
 
 
+def _charter_options(parser: argparse.ArgumentParser, required: bool = False) -> None:
+    parser.add_argument("--approvers", type=resolved_path,
+                        help="the approvers' OpenSSH public keys, one per line")  # fmt: skip
+    parser.add_argument("--quorum", type=positive_int,
+                        help="distinct approvers a spend (and a new charter) needs")  # fmt: skip
+    parser.add_argument(
+        "--runner-key", type=resolved_path, action="append", default=[],
+        help="a run key's public half (.pub) whose runs may sign releases (repeatable; "
+        "default: this account's run key, DAS_RUN_KEY)",
+    )  # fmt: skip
+    parser.add_argument("--key", type=resolved_path, required=required,
+                        help="your approver key: signs the charter")  # fmt: skip
+    parser.add_argument("--new-history", action="store_true",
+                        help="sign although your journal knows other ledgers")  # fmt: skip
+
+
 def _reporting_faults(handler: Any) -> Any:
-    """``handler`` with a ledger it cannot reach said in one line (exit 3), and a ledger
-    setting it refuses (both DAS_LEDGER_URL and DAS_LEDGER_DIR, a malformed URL) exit 2."""
+    """``handler`` with a ledger it cannot reach said in one line (exit 3), and everything it
+    refuses (a setting, a key, a signature, a refusal of the ledger) in one line (exit 2)."""
 
     def run(args: argparse.Namespace) -> int:
+        from das.io.tables import InputFormatError
         from das.runs.faults import EXIT_INFRASTRUCTURE
         from das.runs.ledger import LedgerUnavailable
         from das.runs.policy import RunRefused
+        from das.signing import SigningError
 
+        command = args.ledger_command + (
+            f" {args.charter_command}" if args.ledger_command == "charter" else ""
+        )
         try:
             return int(handler(args))
         except LedgerUnavailable as exc:
-            return _fail(args.ledger_command, str(exc), EXIT_INFRASTRUCTURE)
-        except RunRefused as exc:
-            return _fail(args.ledger_command, str(exc))
+            return _fail(command, str(exc), EXIT_INFRASTRUCTURE)
+        except (RunRefused, SigningError, ValueError, InputFormatError, OSError) as exc:
+            if isinstance(exc, RunRefused):
+                return _fail(command, exc.explained("cli"))
+            return _fail(command, str(exc))
 
     return run
 
@@ -136,14 +220,18 @@ def _store(args: argparse.Namespace) -> Any:
 
 
 def _store_of_release(output: Path) -> Any:
-    """The ledger a release's run used, from its audit (release folder or run folders)."""
-    from das.runs.folder import work_dir_of
+    """The ledger a release's run used, from its audit (the release's, or a run's in the
+    state root)."""
+    from das.runs.folder import state_root
     from das.runs.ledger import LedgerStore
 
-    audits = [output / "audit.json", *sorted(work_dir_of(output).glob("runs/*/audit.json"))]
+    audits = [output / "audit.json", *sorted((state_root() / "runs").glob("*/audit.json"))]
     for path in audits:
         try:
-            location = json.loads(path.read_text())["privacy_ledger"]["ledger"]
+            audit = json.loads(path.read_text())
+            if path.parent != output and audit["parameters"]["output"] != str(output):
+                continue
+            location = audit["privacy_ledger"]["ledger"]
         except (OSError, KeyError, TypeError, json.JSONDecodeError):
             continue
         if location.endswith(".sqlite"):
@@ -152,190 +240,515 @@ def _store_of_release(output: Path) -> Any:
     raise ValueError(f"{output}: no audit names the ledger its run used")
 
 
+def _ledger(args: argparse.Namespace) -> Any:
+    from das.runs.ledger import PrivacyLedger
+
+    return PrivacyLedger(_store(args))
+
+
 def _fail(command: str, message: str, code: int = EXIT_REFUSED) -> int:
     print(f"das ledger {command}: {message}", file=sys.stderr)
     return code
 
 
-def _init(args: argparse.Namespace) -> int:
-    from das.runs.ledger import PrivacyLedger, decimal_text
-    from das.runs.policy import RunRefused
+def _say(text: str) -> None:
+    print(text, flush=True)
 
+
+# -- init and the charter ----------------------------------------------------------------------
+
+
+def _ceilings(args: argparse.Namespace) -> dict[str, Fraction]:
     ceilings = {}
-    try:
-        for definition, text in (("zcdp", args.max_rho), ("puredp", args.max_epsilon)):
-            if text is not None:
+    for definition, text in (("zcdp", args.max_rho), ("puredp", args.max_epsilon)):
+        if text is not None:
+            try:
                 ceilings[definition] = Fraction(text)
-        store = _store(args)
-        ledger = PrivacyLedger.initialize(store, ceilings)
-        info = ledger.info()
-    except (ValueError, ZeroDivisionError, RunRefused) as exc:
-        return _fail("init", str(exc))
-    shown = ", ".join(f"{UNITS[d]} {decimal_text(v)}" for d, v in sorted(info.ceilings.items()))
-    print(f"created privacy ledger {info.ledger_id} at {info.location}")
-    print(f"ceilings per pass of a dataset: {shown}")
-    print(f"in production (das run, deployments): DAS_LEDGER_ID={info.ledger_id} pins this ledger")
+            except (ValueError, ZeroDivisionError):
+                raise ValueError(f"not a number: {text!r}") from None
+    return ceilings
+
+
+def _runner_keys(paths: list[Path]) -> list[Any]:
+    """The run keys a charter names: those given, else this account's run key."""
+    from das.runs.run_key import run_key
+    from das.signing import public_key_of
+
+    if paths:
+        return [public_key_of(path) for path in paths]
+    path, key = run_key()
+    _say(f"run key: {key.fingerprint} ({path}; pass --runner-key for the service account's)")
+    return [key]
+
+
+def _approver_key(path: Path, approvers: Any, what: str) -> Any:
+    from das.signing import public_key_of
+
+    key = public_key_of(path)
+    if key not in set(approvers):
+        raise ValueError(
+            f"{path} is key {key.fingerprint}, which is not one of the {what}: only they sign it"
+        )
+    return key
+
+
+def _confirm_history(journal: Any, needs: list[str], info: list[str], forced: bool) -> None:
+    """Show the approver what their journal knows; findings need ``--new-history``."""
+    for line in info:
+        _say(f"  your journal: {line}")
+    for line in needs:
+        _say(f"  YOUR JOURNAL: {line}")
+    if needs and not forced:
+        raise ValueError(
+            "not signed: your journal found another history (above). If this is deliberate, "
+            "run the command again with --new-history"
+        )
+
+
+def _init(args: argparse.Namespace) -> int:
+    import uuid
+
+    from das.runs.approver_journal import ApproverJournal
+    from das.runs.ledger import PrivacyLedger, decimal_text
+    from das.runs.ledger.charter import CHARTER_NAMESPACE, Charter, charter_statement
+    from das.runs.ledger.ledger import ledger_ceilings
+    from das.signing import canonical_json, load_keys_file
+    from das.signing.sshsig import sign
+
+    store = _store(args)
+    limits = ledger_ceilings(_ceilings(args))
+    charter = None
+    if args.approvers is not None or args.key is not None or args.quorum is not None:
+        if args.approvers is None or args.key is None or args.quorum is None:
+            raise ValueError("a chartered ledger needs --approvers FILE, --quorum K and --key KEY")
+        approvers = load_keys_file(args.approvers)
+        key = _approver_key(args.key, approvers, "approvers in " + str(args.approvers))
+        ledger_id = str(uuid.uuid4())
+        statement = charter_statement(
+            ledger_id=ledger_id, approvers=approvers, quorum=args.quorum,
+            runners=_runner_keys(args.runner_key), ceilings=limits, previous=None,
+        )  # fmt: skip
+        _say(Charter(statement, 0, "").summary())
+        journal = ApproverJournal.of(key)
+        info, needs = journal.charter_history(ledger_id, 1)
+        _confirm_history(journal, needs, info, args.new_history)
+        signature = sign(canonical_json(statement), CHARTER_NAMESPACE, args.key)
+        ledger = PrivacyLedger.initialize(
+            store, limits, ledger_id=ledger_id, charter=(statement, signature)
+        )
+        journal.record_charter(ledger_id, Charter(statement, 0, "").digest, 1)
+        charter = statement
+    else:
+        ledger = PrivacyLedger.initialize(store, limits)
+    info = ledger.info()
+    shown = ", ".join(f"{UNITS[d]} {decimal_text(v)}" for d, v in sorted(limits.items()))
+    _say(f"created privacy ledger {info.ledger_id} at {info.location}")
+    _say(f"ceilings per pass of a dataset: {shown}")
+    if charter is None:
+        _say(
+            "no charter: not a production ledger. Runs against it need no approval and their "
+            "releases prove nothing to a verifier (das release verify). A production ledger: "
+            "das ledger init --approvers FILE --quorum K --key KEY"
+        )
+    else:
+        chain = ledger.charter_chain()
+        if chain.in_force is None:
+            needed = int(charter["quorum"]) - 1
+            where = _where_flag(info)
+            _say(
+                f"charter signed by you; it needs {needed} more approver signature(s) before "
+                f"anything can be spent. Each other approver: das ledger charter sign {where}"
+                "--key <their key>"
+            )
+        else:
+            _say("charter in force (signed by a quorum)")
+    _say(f"in production (das run, deployments): DAS_LEDGER_ID={info.ledger_id} pins this ledger")
     return EXIT_OK
 
 
-def _records_fingerprint(product: str, data: Path) -> str:
-    """The canonical fingerprint of the dataset's confidential records (one read of each)."""
-    from das.io.fingerprint import combine_fingerprints, fingerprint_file
+def _where_flag(info: Any) -> str:
+    location = str(info.location)
+    if location.endswith(".sqlite"):
+        return f"--ledger {Path(location).parent} "
+    return '--url "$DAS_LEDGER_URL" '
 
-    if product == "safetab-p":
-        from das.io.safetab_p import PERSON_RECORDS as spec
-        from das.safetab_p.parameters import run_inputs
 
-        specs = {spec.name: spec}
-        inputs = run_inputs(Path("config.json"), data)
+def _charter_json(chain: Any) -> dict[str, Any]:
+    def one(charter: Any) -> dict[str, Any]:
+        eligible, quorum = chain.required(charter)
+        signers, rejected = charter.signers(eligible)
+        return {
+            "digest": charter.digest,
+            "version": charter.version,
+            "in_force": chain.in_force is not None and charter.digest == chain.in_force.digest,
+            "statement": charter.statement,
+            "signed_by": sorted(k.fingerprint for k in signers),
+            "needs": quorum,
+            "signatures_not_counted": rejected,
+        }
+
+    return {
+        "chartered": chain.chartered,
+        "in_force": None if chain.in_force is None else chain.in_force.digest,
+        "charters": [one(c) for c in chain.charters],
+    }
+
+
+def _charter_show(args: argparse.Namespace) -> int:
+    ledger = _ledger(args)
+    info = ledger.require_intact()
+    chain = ledger.charter_chain()
+    data = _charter_json(chain)
+    if args.json:
+        print(json.dumps({"ledger_id": info.ledger_id, **data}))
+        return EXIT_OK
+    if not chain.chartered:
+        _say(f"privacy ledger {info.ledger_id}: no charter (not a production ledger)")
+        return EXIT_OK
+    for charter, item in zip(chain.charters, data["charters"], strict=True):
+        state = "IN FORCE" if item["in_force"] else "pending" if charter.seq > (
+            chain.in_force.seq if chain.in_force else 0) else "superseded"  # fmt: skip
+        _say(f"[{state}] " + charter.summary().rstrip())
+        _say(f"  signed by {len(item['signed_by'])} of the {item['needs']} needed: "
+             + ", ".join(item["signed_by"]))  # fmt: skip
+        for line in item["signatures_not_counted"]:
+            _say(f"  not counted: {line}")
+    return EXIT_OK
+
+
+def _charter_sign(args: argparse.Namespace) -> int:
+    from das.runs.approver_journal import ApproverJournal
+    from das.runs.ledger.charter import CHARTER_NAMESPACE
+    from das.signing.sshsig import sign
+
+    ledger = _ledger(args)
+    info = ledger.require_intact()
+    chain = ledger.charter_chain()
+    charter = chain.find(args.charter) if args.charter else chain.pending
+    if charter is None:
+        raise ValueError(
+            "no pending charter to sign" if not args.charter else f"no charter {args.charter}"
+        )
+    eligible, quorum = chain.required(charter)
+    key = _approver_key(args.key, eligible, "approvers who must sign this charter")
+    _say(charter.summary().rstrip())
+    journal = ApproverJournal.of(key)
+    notes, needs = journal.charter_history(charter.ledger_id, charter.version)
+    _confirm_history(journal, needs, notes, args.new_history)
+    signature = sign(charter.message, CHARTER_NAMESPACE, args.key)
+    signed = ledger.sign_charter(charter.digest, signature)
+    journal.record_charter(charter.ledger_id, charter.digest, charter.version)
+    signers, _ = signed.signers(eligible)
+    after = ledger.charter_chain()
+    if after.in_force is not None and after.in_force.digest == charter.digest:
+        _say(f"signed: charter version {charter.version} of ledger {info.ledger_id} is in force "
+             f"({len(signers)} of {quorum} signatures)")  # fmt: skip
     else:
-        from das.io.phsafe import PHSAFE_INPUTS
-        from das.phsafe.parameters import run_inputs
-
-        specs = {spec.name: spec for spec in PHSAFE_INPUTS}
-        inputs = run_inputs(Path("config.json"), data)
-    from das.runs.start import check_inputs_regular
-
-    check_inputs_regular(inputs)  # a FIFO or device is refused by name, never opened
-    missing = sorted(set(specs) - set(inputs.confidential))
-    if missing:
-        raise ValueError(f"{data}: no {', '.join(missing)} input (.txt/.csv or .parquet)")
-    return combine_fingerprints(
-        {name: fingerprint_file(inputs.confidential[name], spec) for name, spec in specs.items()}
-    )
+        _say(f"signed: {len(signers)} of the {quorum} signatures it needs")
+    return EXIT_OK
 
 
-def approve_spend(
-    ledger: Any, product: str, config: Path, data: Path, note: str, by: str | None = None
-) -> dict[str, Any]:
-    """Record the approval of ``config``'s per-pass totals on the records in ``data`` (read
-    once to fingerprint them); the approval. Refusals are :class:`RunRefused`."""
-    if product == "safetab-p":
-        from das.safetab_p.parameters import parse_parameters, run_inputs
+def _charter_propose(args: argparse.Namespace) -> int:
+    from das.runs.approver_journal import ApproverJournal
+    from das.runs.ledger.charter import CHARTER_NAMESPACE, Charter, charter_statement
+    from das.runs.ledger.ledger import ledger_ceilings
+    from das.signing import canonical_json, load_keys_file
+    from das.signing.sshsig import sign
+
+    if args.key is None:
+        raise ValueError("--key KEY: the proposer signs the new charter")
+    ledger = _ledger(args)
+    info = ledger.require_intact()
+    chain = ledger.charter_chain()
+    current = chain.in_force
+    if chain.chartered and current is None:
+        raise ValueError("the ledger's first charter is not in force yet: sign it first")
+    approvers = (
+        load_keys_file(args.approvers) if args.approvers is not None
+        else list(current.approvers) if current is not None else None
+    )  # fmt: skip
+    if approvers is None:
+        raise ValueError("a ledger's first charter needs --approvers FILE and --quorum K")
+    quorum = args.quorum or (current.quorum if current is not None else None)
+    if quorum is None:
+        raise ValueError("--quorum K: how many approvers a spend needs")
+    runners = (
+        _runner_keys(args.runner_key) if args.runner_key or current is None
+        else list(current.runners)
+    )  # fmt: skip
+    limits = (
+        ledger_ceilings(_ceilings(args)) if args.max_rho or args.max_epsilon or current is None
+        else current.ceilings
+    )  # fmt: skip
+    statement = charter_statement(
+        ledger_id=info.ledger_id, approvers=approvers, quorum=quorum, runners=runners,
+        ceilings=limits, previous=current,
+    )  # fmt: skip
+    eligible = current.approvers if current is not None else approvers
+    key = _approver_key(args.key, eligible, "approvers whose quorum this charter needs")
+    proposed = Charter(statement, 0, "")
+    _say(proposed.summary().rstrip())
+    journal = ApproverJournal.of(key)
+    notes, needs = journal.charter_history(info.ledger_id, proposed.version)
+    _confirm_history(journal, needs, notes, args.new_history)
+    signature = sign(canonical_json(statement), CHARTER_NAMESPACE, args.key)
+    ledger.propose_charter(statement, signature)
+    journal.record_charter(info.ledger_id, proposed.digest, proposed.version)
+    needed = (current.quorum if current is not None else quorum) - 1
+    if needed > 0:
+        _say(f"proposed charter {proposed.digest[:16]}: it needs {needed} more signature(s): "
+             f"das ledger charter sign {_where_flag(info)}--key <approver key>")  # fmt: skip
     else:
-        from das.phsafe.parameters import parse_parameters, run_inputs
-    from das.runs.seal import seal_files
+        _say(f"charter version {proposed.version} is in force")
+    return EXIT_OK
 
-    sealed = seal_files(run_inputs(config, data).parameters)
-    plan = parse_parameters(sealed).run_plan()
-    ledger.require_intact()
-    dataset = ledger.dataset_id(_records_fingerprint(product, data))
-    return ledger.approve(
-        product=product,
-        dataset=dataset,
-        config_sha256=sealed.sha256("config.json"),
-        definition=plan.definition,
-        budgets=plan.pass_totals(),
-        note=note,
-        by=by,
-    )
+
+# -- approvals -----------------------------------------------------------------------------------
+
+
+def _check_witness(ledger: Any, info: Any, production: bool) -> None:
+    """What a run checks before it spends, checked before an approver signs: the Prefect
+    server's witnessed heads (when PREFECT_API_URL names it), so nobody signs against a ledger
+    that was cut back or restored."""
+    if not os.environ.get("PREFECT_API_URL"):
+        _say("  (the Prefect server's witness was not asked: PREFECT_API_URL is not set)")
+        return
+    from tasks.ledger_witness import require_witnessed
+
+    for notice in require_witnessed(ledger, info, production):
+        _say(f"  note: {notice}")
 
 
 def _approve(args: argparse.Namespace) -> int:
-    from das.io.tables import InputFormatError
-    from das.runs.ledger import PrivacyLedger, decimal_text
-    from das.runs.policy import RunRefused
+    from das.runs.approver_journal import ApproverJournal
+    from das.runs.ledger.approvals import statement_text
+    from das.runs.typed_text import shown
+    from das.spend_approval import Proposal, propose, records_fingerprint, sign_proposal
 
-    try:
-        ledger = PrivacyLedger(_store(args))
-        approval = approve_spend(ledger, args.product, args.config, args.data, args.note)
-    except (RunRefused, ValueError, InputFormatError, OSError) as exc:
-        return _fail("approve", str(exc))
-    if args.json:
-        print(json.dumps(approval))
-        return EXIT_OK
-    unit = UNITS[approval["definition"]]
-    print(
-        f"approved {approval['approval_id']}: {args.product} config "
-        f"{approval['config_sha256'][:12]} on dataset {approval['dataset'][:16]} by "
-        f"{approval['by']}"
-    )
-    for name, item in approval["passes"].items():
-        print(
-            f"  pass {name}: earlier {decimal_text(Fraction(item['prior']))} + this run "
-            f"{decimal_text(Fraction(item['this_run']))} = cumulative "
-            f"{decimal_text(Fraction(item['cumulative']))} {unit} (ceiling "
-            f"{decimal_text(Fraction(approval['ceiling']))})"
+    ledger = _ledger(args)
+    info = ledger.require_intact()
+    chain = ledger.charter_chain()
+    _check_witness(ledger, info, chain.chartered)
+    if chain.chartered and args.key is None:
+        raise ValueError(
+            "this is a production ledger (it has a charter): an approval is an approver's "
+            "signature — give your key with --key (your private key file, or its .pub with "
+            "the private half in ssh-agent)"
         )
-    print("one run of this config on these records may now spend it")
+    if not chain.chartered and args.key is not None:
+        raise ValueError(
+            "this ledger has no charter, so no key can be checked: approve without --key "
+            "(outside production an approval is the operator's own record)"
+        )
+    if args.approval:
+        approval = ledger.approval(args.approval)
+        if approval is None:
+            raise ValueError(f"no approval {args.approval} in this ledger")
+        fingerprint = None
+        if args.data is not None and args.product is not None:
+            fingerprint = records_fingerprint(args.product, args.data)
+            if ledger.dataset_id(fingerprint) != approval.dataset:
+                raise ValueError(f"approval {args.approval} is not about the records in "
+                                 f"{args.data}")  # fmt: skip
+        proposal = Proposal(approval.statement, approval, [], fingerprint)
+    else:
+        missing = [f"--{n}" for n in ("product", "config", "data") if getattr(args, n) is None]
+        if missing:
+            raise ValueError(f"{', '.join(missing)} required (or --approval ID)")
+        proposal = propose(
+            ledger, args.product, args.config, args.data, coterminous=args.coterminous,
+            note=args.note, valid_days=args.valid_days,
+        )  # fmt: skip
+    statement = proposal.statement
+    if not args.json:
+        _say(statement_text(statement))
+        if proposal.existing is not None and not args.approval:
+            _say("  (another approver started this statement: you sign the very same)")
+    key = None
+    if args.key is not None:
+        assert chain.in_force is not None
+        key = _approver_key(args.key, chain.in_force.approvers, "approvers of the charter")
+        if proposal.existing is not None and key in proposal.existing.signers(chain.in_force)[0]:
+            _say(f"approval {statement['approval_id']}: you signed it already")
+            return EXIT_OK
+        journal = ApproverJournal.of(key)
+        mark = None if proposal.fingerprint is None else journal.records_mark(proposal.fingerprint)
+        held = {a["approval_id"] for a in ledger.approvals()}
+        notes, needs = journal.approval_history(info.ledger_id, mark, statement["passes"], held)
+        if not args.json:
+            _confirm_history(journal, needs, notes, args.new_history)
+        elif needs and not args.new_history:
+            raise ValueError("not signed: your journal found another history: " + "; ".join(needs))
+    approval = sign_proposal(ledger, proposal, args.key)
+    if key is not None:
+        journal.record_approval(info.ledger_id, mark, statement)
+    agreed, signers, needed = ledger.approval_agreed(approval.approval_id)
+    if args.json:
+        print(json.dumps({
+            "approval_id": approval.approval_id, "statement": statement,
+            "signed_by": [k.fingerprint for k in signers], "needed": needed, "agreed": agreed,
+        }))  # fmt: skip
+        return EXIT_OK
+    if not chain.chartered:
+        _say(f"recorded approval {approval.approval_id} (unsigned: this ledger has no charter)")
+    elif agreed:
+        _say(f"signed approval {approval.approval_id}: {len(signers)} of {needed} approvers — one "
+             "run of these parameters on these records may now spend it (a paused run resumes "
+             "by itself)")  # fmt: skip
+    else:
+        _say(f"signed approval {approval.approval_id}: {len(signers)} of {needed} approvers. "
+             f"Each other approver: das ledger approve --approval {approval.approval_id} "
+             f"{_where_flag(info)}--key <their key>")  # fmt: skip
+    if statement.get("note"):
+        _say(f"note: {shown(statement['note'])}")
     return EXIT_OK
+
+
+def _reject(args: argparse.Namespace) -> int:
+    from das.runs.ledger.identity import who
+
+    ledger = _ledger(args)
+    ledger.require_intact()
+    ledger.reject_approval(args.approval, args.reason, who(), "das ledger reject")
+    _say(f"rejected approval {args.approval}: it authorizes nothing; a run waiting for it ends "
+         "Refused")  # fmt: skip
+    return EXIT_OK
+
+
+def _release(args: argparse.Namespace) -> int:
+    from das.runs.ledger.identity import who
+
+    ledger = _ledger(args)
+    ledger.require_intact()
+    run = ledger.run(args.run_id)
+    if run is None:
+        raise ValueError(f"no run {args.run_id} in this ledger")
+    if run.drew:
+        raise ValueError(
+            f"run {args.run_id} drew noise (status {run.status}): its spend counts in full and "
+            "cannot be returned. Resume it instead: it reuses its draws and spends nothing more"
+        )
+    if not ledger.release_reservation(args.run_id, args.reason, by=who()):
+        raise ValueError(f"run {args.run_id} holds no reservation (status {run.status})")
+    _say(f"released the reservation of run {args.run_id} (recorded: {who()}, your reason); "
+         "it can no longer draw")  # fmt: skip
+    return EXIT_OK
+
+
+# -- show and verify -----------------------------------------------------------------------------
+
+
+def _run_line(run: Any) -> dict[str, Any]:
+    ended = run.ended or {}
+    refused = ended.get("refused") if ended.get("kind") == "failed" else None
+    if run.status == "released" and ended.get("by"):
+        outcome = f"reservation returned by {ended['by']}: {ended.get('reason', '')}"
+    elif run.status == "released":
+        outcome = "stopped before its first draw (nothing spent)"
+    elif run.status == "completed":
+        outcome = "published"
+    elif run.counting:
+        outcome = "HOLDS ITS SPEND, never published (resume it)"
+    else:
+        outcome = "not yet authorized"
+    return {
+        "run_id": run.run_id,
+        "product": run.product,
+        "status": run.status,
+        "outcome": outcome,
+        "refused": refused,
+        "production": run.production,
+        "opened": run.opened,
+        "attempts": run.attempt,
+        "seed_mode": run.binding["seed_mode"],
+        "markers": list(run.markers),
+        "approval": run.approval,
+        "output": run.output,
+        "draws": len(run.draws),
+        "passes": [p.to_dict() for p in run.passes],
+    }
 
 
 def ledger_summary(ledger: Any, dataset: str | None = None) -> dict[str, Any]:
     """Every dataset of the ledger: its runs (oldest first), approvals and cumulative totals."""
-    from das.runs.ledger import decimal_text
-
     info = ledger.info()
     runs = ledger.runs()
     approvals = ledger.approvals()
+    chain = ledger.charter_chain()
     keys = sorted({r.dataset for r in runs if r.dataset} | {a["dataset"] for a in approvals})
     if dataset is not None:
         keys = [key for key in keys if key.startswith(dataset)]
     datasets = []
     for key in keys:
         mine = [r for r in runs if r.dataset == key]
-        datasets.append(
-            {
-                "dataset": key,
-                "cumulative": ledger.totals(key),
-                "not_private_runs": sorted({r.run_id for r in mine if r.not_private}),
-                "runs": [
-                    {
-                        "run_id": r.run_id,
-                        "product": r.product,
-                        "status": r.status,
-                        "opened": r.opened,
-                        "attempts": r.attempt,
-                        "seed_mode": r.binding["seed_mode"],
-                        "markers": list(r.markers),
-                        "approval": r.approval,
-                        "output": r.output,
-                        "draws": len(r.draws),
-                        "passes": [p.to_dict() for p in r.passes],
-                    }
-                    for r in mine
-                ],
-                "approvals": [
-                    {key_: a[key_] for key_ in APPROVAL_FIELDS}
-                    | {
-                        "passes": {
-                            n: {k: decimal_text(Fraction(v)) for k, v in p.items()}
-                            for n, p in a["passes"].items()
-                        }
-                    }
-                    for a in approvals
-                    if a["dataset"] == key
-                ],
-            }
-        )
-    unbound = [
-        {"run_id": r.run_id, "product": r.product, "status": r.status, "output": r.output}
-        for r in runs
-        if r.dataset is None
-    ]
+        datasets.append({
+            "dataset": key,
+            "cumulative": ledger.totals(key),
+            "not_private_runs": sorted({r.run_id for r in mine if r.not_private}),
+            "runs": [_run_line(r) for r in mine],
+            "approvals": [a for a in approvals if a["dataset"] == key],
+        })  # fmt: skip
+    unbound = [_run_line(r) for r in runs if r.dataset is None]
     return {
         "ledger": info.location,
         "ledger_id": info.ledger_id,
         "head": info.head(),
-        "ceilings": {d: decimal_text(v) for d, v in info.ceilings.items()},
+        "charter": _charter_summary(chain),
+        "chartered": chain.chartered,
+        "ceilings": {
+            d: _decimal(v)
+            for d, v in (chain.in_force.ceilings if chain.in_force else info.ceilings).items()
+        },
         "datasets": datasets,
         "runs_without_dataset": unbound,
     }
 
 
+def _charter_summary(chain: Any) -> dict[str, Any] | None:
+    charter = chain.in_force
+    if charter is None:
+        return None
+    return {
+        "digest": charter.digest,
+        "version": charter.version,
+        "quorum": charter.quorum,
+        "approvers": [k.to_dict() for k in charter.approvers],
+    }
+
+
+def _decimal(value: Any) -> str:
+    from das.runs.ledger import decimal_text
+
+    return decimal_text(value)
+
+
 def _render(summary: dict[str, Any]) -> str:
+    from das.privacy.mechanisms import parse_fraction_text
+    from das.runs.typed_text import shown
+
     ceilings = ", ".join(f"{UNITS[d]} {v}" for d, v in sorted(summary["ceilings"].items()))
+    charter = summary["charter"]
     lines = [
         f"privacy ledger {summary['ledger_id']} at {summary['ledger']} "
-        f"(head entry {summary['head']['seq']}; ceilings per pass: {ceilings})"
+        f"(head entry {summary['head']['seq']}; ceilings per pass: {ceilings})",
+        (
+            f"charter version {charter['version']} in force: {charter['quorum']} of "
+            f"{len(charter['approvers'])} approvers sign a spend — a PRODUCTION ledger"
+            if charter
+            else (
+                "charter proposed, NOT in force yet: nothing can be spent"
+                if summary["chartered"]
+                else "no charter: not a production ledger (its releases prove nothing)"
+            )
+        ),
     ]
     if not summary["datasets"]:
         lines.append("  no recorded spend")
     for item in summary["datasets"]:
         lines.append(f"\ndataset {item['dataset'][:16]}")
         for pass_name, totals in item["cumulative"].items():
-            shown = ", ".join(f"{UNITS[d]} {value}" for d, value in totals.items())
-            lines.append(f"  cumulative, pass {pass_name}: {shown}")
+            shown_totals = ", ".join(f"{UNITS[d]} {value}" for d, value in totals.items())
+            lines.append(f"  cumulative, pass {pass_name}: {shown_totals}")
         if item["not_private_runs"]:
             lines.append(
                 "  NOT PRIVATE runs (seeded or infinite budget): "
@@ -345,36 +758,58 @@ def _render(summary: dict[str, Any]) -> str:
             spend = ", ".join(
                 f"{p['pass']} {p['this_run']} (cumulative {p['cumulative']})" for p in run["passes"]
             )
+            mode = {True: "production", False: "NOT production", None: ""}[run["production"]]
             lines.append(
-                f"  run {run['run_id']} {run['product']} {run['status']:<10} {spend}; "
+                f"  run {run['run_id']} {run['product']} {mode}: {run['outcome']}; {spend}; "
                 f"{run['draws']} draws; {run['seed_mode']}; opened {run['opened'][:19]}"
             )
+            if run["refused"]:
+                lines.append(f"    refused: {shown(run['refused'], 300)}")
         for approval in item["approvals"]:
+            statement = approval["statement"]
             used = f"used by run {approval['used_by']}" if approval["used_by"] else "open"
+            if approval["rejection"]:
+                rejection = approval["rejection"]
+                used = (
+                    f"REJECTED by {shown(rejection.get('by', ''))} (as typed, "
+                    f"{shown(rejection.get('via', ''))}): {shown(rejection.get('reason', ''))}"
+                )
+            elif approval["expired"] and not approval["used_by"]:
+                used = "expired unused"
             passes = ", ".join(
-                f"{n} {p['this_run']} → {p['cumulative']}" for n, p in approval["passes"].items()
+                f"{n} {_decimal(parse_fraction_text(p['this_run']))} → "
+                f"{_decimal(parse_fraction_text(p['cumulative']))}"
+                for n, p in statement["passes"].items()
+            )
+            quorum = approval["quorum"]
+            signed = (
+                f"signed by {len(approval['signed_by'])} of {quorum}"
+                + (" (quorum)" if approval["agreed"] else " (NO QUORUM: authorizes nothing)")
+                if quorum is not None
+                else "unsigned (no charter)"
             )
             lines.append(
-                f"  approval {approval['approval_id']} by {approval['by']} at "
-                f"{approval['at'][:19]} ({approval['via']}): {passes}; {used}"
-                + (f" — {approval['note']}" if approval["note"] else "")
+                f"  approval {approval['approval_id']} at {approval['at'][:19]}: {passes}; "
+                f"{signed}; {used}"
             )
+            for who in approval["signed_by"]:
+                lines.append(f"    signed: {shown(who)}")
+            for reason in approval["signatures_not_counted"]:
+                lines.append(f"    NOT COUNTED: {shown(reason)}")
+            if statement.get("note"):
+                lines.append(f"    note: {shown(statement['note'])}")
     if summary["runs_without_dataset"]:
         lines.append("\nruns stopped before their records were bound to a dataset:")
         for run in summary["runs_without_dataset"]:
-            lines.append(f"  run {run['run_id']} {run['product']} {run['status']}")
+            lines.append(f"  run {run['run_id']} {run['product']}: {run['outcome']}")
+            if run["refused"]:
+                lines.append(f"    refused: {shown(run['refused'], 300)}")
     return "\n".join(lines)
 
 
 def _show(args: argparse.Namespace) -> int:
-    from das.runs.ledger import PrivacyLedger
-    from das.runs.policy import RunRefused
-
-    try:
-        ledger = PrivacyLedger(_store(args))
-        summary = ledger_summary(ledger, args.dataset)
-    except (ValueError, RunRefused) as exc:
-        return _fail("show", str(exc))
+    ledger = _ledger(args)
+    summary = ledger_summary(ledger, args.dataset)
     print(json.dumps(summary, allow_nan=False) if args.json else _render(summary))
     return EXIT_OK
 
@@ -395,20 +830,17 @@ def _witnessed(ledger: Any, info: Any) -> dict[str, Any]:
 
 def _verify(args: argparse.Namespace) -> int:
     from das.runs.faults import EXIT_INFRASTRUCTURE
-    from das.runs.ledger import PrivacyLedger
     from das.runs.ledger.verify import release_problems
-    from das.runs.policy import RunRefused
 
-    try:
-        ledger = PrivacyLedger(_store(args))
-        info = ledger.info()
-    except (ValueError, RunRefused) as exc:
-        return _fail("verify", str(exc))
+    ledger = _ledger(args)
+    info = ledger.info()
+    chain = ledger.charter_chain()
     result: dict[str, Any] = {
         "ledger": info.location,
         "ledger_id": info.ledger_id,
         "head": info.head(),
         "chain": ledger.verify(),
+        "charter": _charter_json(chain),
         "prefect": None if args.no_prefect else _witnessed(ledger, info),
         "releases": {str(r): release_problems(ledger, info, r) for r in args.release},
     }
@@ -420,31 +852,39 @@ def _verify(args: argparse.Namespace) -> int:
     if args.json:
         print(json.dumps(result))
     else:
-        print(
+        _say(
             f"privacy ledger {info.ledger_id} at {info.location}: {info.head_seq} entries, chain "
             + ("intact" if not result["chain"] else "BROKEN")
         )
         for problem in result["chain"]:
-            print(f"  - {problem}")
+            _say(f"  - {problem}")
+        if chain.in_force is not None:
+            _say(f"charter version {chain.in_force.version} in force "
+                 f"({chain.in_force.digest[:16]}; {chain.in_force.quorum} of "
+                 f"{len(chain.in_force.approvers)} approvers)")  # fmt: skip
+        elif chain.chartered:
+            _say("charter proposed, not in force (no quorum of signatures)")
+        else:
+            _say("no charter: not a production ledger")
         if result["prefect"] is None:
-            print("Prefect server: not asked (--no-prefect): a ledger cut back or restored from "
-                  "an old copy is not detected without it")  # fmt: skip
+            _say("Prefect server: not asked (--no-prefect): a ledger cut back or restored from "
+                 "an old copy is not detected without it")  # fmt: skip
         elif not witness["checked"]:
-            print(f"Prefect server: COULD NOT BE ASKED: {witness['reason']}")
+            _say(f"Prefect server: COULD NOT BE ASKED: {witness['reason']}")
         else:
             verdict = "not the ledger the Prefect server saw" if witness["problems"] else (
                 f"the ledger holds all {witness['heads']} head(s) it recorded")  # fmt: skip
             where = os.environ.get("PREFECT_API_URL") or "the local temporary server"
-            print(f"Prefect server ({where}): {verdict}")
+            _say(f"Prefect server ({where}): {verdict}")
             for problem in witness["problems"]:
-                print(f"  - {problem}")
+                _say(f"  - {problem}")
             if witness["other_ledgers_here"]:
-                print("  note: the server saw other ledgers at this location before: "
-                      + ", ".join(witness["other_ledgers_here"]))  # fmt: skip
+                _say("  note: the server saw other ledgers at this location before: "
+                     + ", ".join(witness["other_ledgers_here"]))  # fmt: skip
         for release, problems in result["releases"].items():
-            print(f"release {release}: " + ("as recorded" if not problems else "DOES NOT MATCH"))
+            _say(f"release {release}: " + ("as recorded" if not problems else "DOES NOT MATCH"))
             for problem in problems:
-                print(f"  - {problem}")
+                _say(f"  - {problem}")
     if ok and result["prefect"] is not None and not witness["checked"]:
         return EXIT_INFRASTRUCTURE
     return EXIT_OK if ok else EXIT_PROBLEMS

@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import argparse
 import sys
+from pathlib import Path
 
 from das.cli.arguments import positive_int, resolved_path
 from das.products import release_product
@@ -78,9 +79,34 @@ def _handler(args: argparse.Namespace) -> int:
     validate = validate_safetab_p if args.product == "safetab-p" else validate_phsafe
     report = validate(args.config, args.data, report_dir, sample_rows=args.gx_sample_rows)
     print("\n".join(report.summary_lines()))
+    warning = _not_private_warning(args.product, args.config, args.data)
+    if warning:
+        print(warning)
     recorded = record_verdict(
         args.product, release_product(args.product).confidential, args.config, report
     )
     if recorded:
         print(recorded)
     return EXIT_VALID if report.ok else EXIT_INVALID
+
+
+def _not_private_warning(product: str, config: Path, data: Path) -> str | None:
+    """A config may be valid and still unable to make a private release: an ``Infinity``
+    budget means no noise (golden tests). Said next to the verdict, so nobody takes VALID for
+    "fit for production"."""
+    from das.runs.policy import RunRefused, infinite_queries
+    from das.spend_approval import sealed_spend
+
+    try:
+        _sealed, plan = sealed_spend(product, config, data)
+    except (RunRefused, ValueError, OSError):
+        return None  # the report names what is wrong with the config
+    infinite = infinite_queries(plan.measurements)
+    if not infinite:
+        return None
+    shown = ", ".join(infinite[:3]) + (", ..." if len(infinite) > 3 else "")
+    return (
+        f"NOT A PRIVATE CONFIG: {len(infinite)} query(ies) have an infinite budget, i.e. no "
+        f"noise ({shown}). A release with it would hold exact counts: a production run (a "
+        "chartered ledger, or DAS_PRODUCTION=1) refuses it, and approvers cannot approve it"
+    )

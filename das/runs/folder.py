@@ -1,35 +1,40 @@
-"""Where a run keeps its state: beside its release, never inside it.
+"""Where a run keeps its state: under a state root, never inside an output or a release.
 
-Layout, for ``--output OUT``::
+Layout, for ``--output OUT`` and the state root ``STATE`` (``DAS_STATE_DIR``, else
+``${XDG_STATE_HOME:-~/.local/state}/das``; a deployment's is ``<root>/state``)::
 
     OUT/                            the release: appears whole (one rename) or not at all
-    OUT.das/
+    OUT.das/                        beside the release, on its file system (for the rename);
         lock                        held (flock) by the one run writing OUT
-        runs/<run-id>/
-            sealed/<digest>/        the run's parameters frozen at its start (validation reads them)
-            lease                   the token of the attempt that owns the run now
-            noise/<measurement>.<token>.npy  one int64 noise vector per measurement drawn; the
-                                    privacy ledger records which file and its digest
-            accountants/<partition>.json  each partition's accountant (level, table): budgets,
-                                    digests
-            validation/             the validation report of this run (curator only)
-            run.log                 the run's local log (the curator's; may hold record counts)
-            audit.json              the audit of the latest attempt, failed ones included
-            <name>.seed             seeds a rerun must reuse (e.g. statistical postprocessing)
-        staging/<run-id>/           the release being built; renamed to OUT at the end
+        staging/<run-id>/           the release being built (released values only)
         replaced/<run-id>-<time>/   earlier releases moved aside by an explicit replace
+    STATE/runs/<run-id>/            the run's confidential state:
+        sealed/<digest>/            the run's parameters frozen at its start (validation reads them)
+        lease                       the token of the attempt that owns the run now
+        noise/<measurement>.<token>.npy  one int64 noise vector per measurement drawn; the
+                                    privacy ledger records which file and its digest
+        accountants/<partition>.json  each partition's accountant (level, table): budgets,
+                                    digests
+        work/                       spilled records, true counts (reading and counting steps)
+        validation/                 the validation report of this run (curator only)
+        run.log                     the run's local log (the curator's; may hold record counts)
+        audit.json                  the audit of the latest attempt, failed ones included
+        <name>.seed                 seeds a rerun must reuse (e.g. statistical postprocessing)
 
-Noise vectors are confidential (noise + a released count gives the true count): ``OUT.das``
-must stay inside the secure enclave with the inputs, and a run folder may be deleted once its
-release was accepted.
+Noise vectors and spilled records are confidential (noise + a released count gives the true
+count): the state root stays inside the secure enclave with the inputs, and is never inside an
+output (:func:`check_output_place`), so publishing a release — or a folder of releases — never
+publishes run state. `das runs clean` removes what the ledger no longer needs.
 """
 
 from __future__ import annotations
 
 import json
+import os
 import re
 import secrets
 import time
+from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -58,21 +63,71 @@ def check_run_id(run_id: str) -> str:
 
 
 def work_dir_of(output: str | Path) -> Path:
-    """``OUT.das``: the sibling folder of the release that holds lock, runs and staging."""
+    """``OUT.das``: the sibling folder of the release that holds its lock and staging."""
     output = Path(output).absolute()
     return output.with_name(output.name + WORK_SUFFIX)
 
 
+STATE_ENV = "DAS_STATE_DIR"
+
+
+def state_root(environ: Mapping[str, str] | None = None) -> Path:
+    """Where runs keep their confidential state: ``DAS_STATE_DIR``, else the per-user
+    ``${XDG_STATE_HOME:-~/.local/state}/das``."""
+    environ = os.environ if environ is None else environ
+    named = environ.get(STATE_ENV)
+    if named:
+        return Path(named).expanduser().absolute()
+    base = environ.get("XDG_STATE_HOME") or str(Path.home() / ".local" / "state")
+    return Path(base).expanduser().absolute() / "das"
+
+
+def check_output_place(output: Path, state: Path) -> None:
+    """Refuse an output that would put a release where run state or another release is: inside
+    a release (a folder holding a MANIFEST.json), inside a run's work folder (``*.das``), inside
+    the state root — or an output that holds the state root. Said by name."""
+    from das.runs.policy import RunRefused
+
+    output = Path(output).absolute()
+    state = Path(state).absolute()
+    if output == state or state.is_relative_to(output):
+        raise RunRefused(
+            f"the output {output} would hold the runs' state root {state} ({STATE_ENV}): run "
+            "state (records, noise) must never be inside a release. Choose another output"
+        )
+    if output.is_relative_to(state):
+        raise RunRefused(
+            f"the output {output} is inside the runs' state root {state} ({STATE_ENV}), where "
+            "confidential run state lives. Choose an output outside it"
+        )
+    for ancestor in output.parents:
+        if (ancestor / "MANIFEST.json").is_file():
+            raise RunRefused(
+                f"the output {output} is inside the published release {ancestor}: a release "
+                "inside a release would mix their files (and its run state would sit in the "
+                "published folder). Choose an output outside it"
+            )
+        if ancestor.name.endswith(WORK_SUFFIX):
+            raise RunRefused(
+                f"the output {output} is inside {ancestor}, a run's work folder (lock, staging). "
+                "Choose an output outside it"
+            )
+
+
 @dataclass(frozen=True)
 class RunFolder:
-    """Paths of one run's state (``output`` is made absolute); :meth:`create` makes them."""
+    """Paths of one run (``output`` made absolute; ``state``: the state root, by default
+    :func:`state_root`); :meth:`create` makes them."""
 
     output: Path
     run_id: str
+    state: Path | None = None
 
     def __post_init__(self) -> None:
         check_run_id(self.run_id)
         object.__setattr__(self, "output", Path(self.output).absolute())
+        state = state_root() if self.state is None else Path(self.state).absolute()
+        object.__setattr__(self, "state", state)
 
     @property
     def release_dir(self) -> Path:
@@ -88,7 +143,9 @@ class RunFolder:
 
     @property
     def root(self) -> Path:
-        return self.work_dir / "runs" / self.run_id
+        """The run's confidential state (see the module docstring)."""
+        assert self.state is not None
+        return self.state / "runs" / self.run_id
 
     @property
     def staging_dir(self) -> Path:

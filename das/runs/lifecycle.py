@@ -41,9 +41,11 @@ from das.io.fingerprint import combine_fingerprints
 from das.privacy.accounting import PrivacyAccountant
 from das.privacy.mechanisms import Budget
 from das.runs.audit import AuditRecorder, md_escape
+from das.runs.certificate import certify
 from das.runs.faults import InfrastructureFault, explain, resume_hint
 from das.runs.folder import RunFolder
 from das.runs.ledger import (
+    Approval,
     ApprovalRequired,
     LedgerInfo,
     LedgerRefused,
@@ -54,6 +56,7 @@ from das.runs.ledger import (
     decimal_text,
     parse_total,
 )
+from das.runs.ledger.approvals import approval_statement
 from das.runs.noise_store import DrawLedger, describe_streams
 from das.runs.policy import Remedy, RunRefused, marker_banner
 from das.runs.progress import RunProgress
@@ -94,7 +97,7 @@ class RunHost(Protocol):
 
     def tag_attempt(self, attempt: int) -> None: ...
 
-    def approve_spend(self, run: ReleaseRun, refusal: ApprovalRequired) -> Mapping[str, Any]: ...
+    def await_approval(self, run: ReleaseRun, request: Approval) -> None: ...
 
     def check_cluster(
         self, files: Mapping[str, Path], run_root: Path, ledger: PrivacyLedger
@@ -290,17 +293,9 @@ class ReleaseRun:
         except ApprovalRequired as refusal:
             if not (production and self.context == "deployment"):
                 raise
-            decision = self.host.approve_spend(self, refusal)
-            self.ledger.approve(
-                product=self.product,
-                dataset=dataset,
-                config_sha256=config_sha,
-                definition=self.check.plan.definition if self.check.plan else "",
-                budgets=totals,
-                note=str(decision["note"]),
-                by=str(decision["approver"]),
-                via=str(decision["via"]),
-            )
+            # A deployment run asks its approvers and waits (the host's pause): it goes on
+            # only once a quorum's signatures are in the ledger.
+            self.host.await_approval(self, self.request_approval(refusal))
             passes = self._authorize(dataset, files, accepted, remedy)
         self.passes = passes
         self.host.post_head(self.ledger.info(), f"after run {self.run_id} authorized its spend")
@@ -324,6 +319,31 @@ class ReleaseRun:
                 decimal_text(item.this_run), decimal_text(item.cumulative), item.definition,
             )  # fmt: skip
         return passes
+
+    def request_approval(self, refusal: ApprovalRequired) -> Approval:
+        """The approval statement this run's approvers are asked to sign: the one it asked for
+        in an earlier attempt when it is still open, else a new one in the ledger (unsigned:
+        a request; signatures authorize, not the row)."""
+        statement_of = self.ledger.approval_request(self.run_id)
+        if statement_of is not None:
+            return statement_of
+        chain = self.ledger.charter_chain()
+        plan = self.check.plan
+        assert plan is not None
+        statement = approval_statement(
+            ledger_id=self.info.ledger_id,
+            charter=chain.in_force,
+            product=self.product,
+            dataset=refusal.dataset,
+            parameters={"digest": self.sealed.digest, "files": self.sealed.hashes()},
+            definition=plan.definition,
+            passes=refusal.passes,
+            ceiling=refusal.ceilings[plan.definition],
+            note=f"requested by run {self.run_id}",
+            requested_by=f"flow run {self.host.flow_run_id()}",
+            run_id=self.run_id,
+        )
+        return self.ledger.record_approval(statement)
 
     def _authorize(
         self,
@@ -371,6 +391,7 @@ class ReleaseRun:
             outputs,
             self.markers,
             seal=lambda content: self.ledger.seal_release(self.run_id, content),
+            certify=self._certify,
         )
         if result["state"] == "published":
             self.ledger.complete(
@@ -385,6 +406,29 @@ class ReleaseRun:
         self.host.publish_privacy(self.product, accountants, delta, self.banner)
         self._release_artifact(result)
         return result
+
+    def _certify(self, staging: Path, manifest: Mapping[str, Any]) -> None:
+        """The release's certificate (:mod:`das.runs.certificate`), signed with the run key,
+        written beside its MANIFEST just before the release is renamed into place."""
+        assert self.check.run_key is not None and self.check.plan is not None
+        proof = self.ledger.spend_proof(self.run_id)
+        predicate = {
+            "product": self.product,
+            "run_id": self.run_id,
+            "private": not self.markers,
+            "markers": list(self.markers),
+            "ledger": {"id": self.info.ledger_id, "sealed_at": manifest.get("ledger")},
+            "charters": proof["charters"],
+            "approvals": proof["approvals"],
+            "authorized_at": proof["authorized_at"],
+            "production": proof["production"],
+            "parameters": {"digest": self.sealed.digest, "files": self.sealed.hashes()},
+            "dataset": self.dataset,
+            "definition": self.check.plan.definition,
+            "spend": [item.exact() for item in self.passes],
+            "code_version": self.audit.record.get("code_version"),
+        }
+        certify(staging, predicate, self.check.run_key)
 
     def _release_artifact(self, result: Mapping[str, Any]) -> None:
         """Where the release is and what it is, on the run's page: the release folder, its
@@ -541,7 +585,10 @@ def release_run(
                 with contextlib.suppress(Exception):  # the ledger may be what failed
                     if not run.drawing:
                         ledger.release_reservation(run_id, type(exc).__name__)
-                    ledger.record_failure(run_id, state.attempt, type(exc).__name__)
+                    ledger.record_failure(
+                        run_id, state.attempt, type(exc).__name__,
+                        str(exc) if isinstance(exc, RunRefused) else None,
+                    )  # fmt: skip
                 if audit.record["ledger"] is None:
                     with contextlib.suppress(Exception):  # ids need the ledger's key
                         partitions = folder.stored_accountants()

@@ -16,7 +16,7 @@ from __future__ import annotations
 
 import math
 import os
-from collections.abc import Iterable, Mapping
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 
 from das.privacy.accounting import Measurement
@@ -127,35 +127,65 @@ def check_release_policy(
     environ: Mapping[str, str] | None = None,
     *,
     cumulative_total: Mapping[str, str] | None = None,
+    production: bool | None = None,
 ) -> None:
-    """Refuse, under production mode, a seed, an infinite budget, a missing ledger setting or a
-    named cumulative total (spend is approved in the ledger there). ``--skip-validation`` is
-    checked later, against the ledger's record of a passing validation of the same data."""
+    """Refuse, in production, a seed, an infinite budget, a missing ledger setting (under
+    ``DAS_PRODUCTION``) or a named cumulative total (spend is approved in the ledger there).
+    ``production``: known from the ledger (chartered); None reads ``DAS_PRODUCTION`` alone.
+    ``--skip-validation`` is checked later, against the ledger's record of a passing
+    validation of the same data."""
     environ = os.environ if environ is None else environ
     if seed is not None and (isinstance(seed, bool) or not isinstance(seed, int) or seed < 0):
         raise RunRefused(f"seed must be a non-negative integer, got {seed!r}")
-    if not production_mode(environ):
+    by_environment = production_mode(environ)
+    if not (by_environment or production):
         return
-    problems = []
+    found: list[tuple[str, Remedy]] = []
     if seed is not None:
-        problems.append("a seed was given (seeded noise is for tests and demos only)")
+        found.append((
+            "a seed was given (seeded noise is for tests and demos only)",
+            Remedy(cli="run again without --seed",
+                   deployment="start a new custom run with seed left empty (a Retry would "
+                   "reuse the seed)"),
+        ))  # fmt: skip
     infinite = infinite_queries(plan)
     if infinite:
         shown = ", ".join(infinite[:3]) + (", ..." if len(infinite) > 3 else "")
-        problems.append(
-            f"{len(infinite)} query(ies) have an infinite budget, i.e. no noise ({shown})"
-        )
-    if not (environ.get(LEDGER_ENV) or environ.get(LEDGER_URL_ENV)):
-        problems.append(
+        found.append((
+            f"{len(infinite)} query(ies) have an infinite budget, i.e. no noise ({shown})",
+            Remedy(command="give every query of the config a finite budget (Infinity is for "
+                   "golden tests, against a ledger without a charter), then start a new run"),
+        ))  # fmt: skip
+    if by_environment and not (environ.get(LEDGER_ENV) or environ.get(LEDGER_URL_ENV)):
+        found.append((
             f"neither {LEDGER_ENV} nor {LEDGER_URL_ENV} is set (the privacy ledger is required "
-            "in production)"
-        )
+            "in production)",
+            Remedy(command=f"set {LEDGER_ENV} (or {LEDGER_URL_ENV}) and {LEDGER_ID_ENV} to "
+                   "the production ledger, then run again"),
+        ))  # fmt: skip
     if cumulative_total:
-        problems.append(
+        found.append((
             "a cumulative total was named (in production a further spend is approved in the "
-            "ledger with `das ledger approve`, not accepted on the command line)"
-        )
-    if problems:
+            "ledger by its approvers' signatures, not accepted on the command line)",
+            Remedy(cli="run again without --cumulative-total, once the approvers signed the "
+                   "spend (das ledger approve --key)",
+                   deployment="start a new custom run with cumulative_total left empty"),
+        ))  # fmt: skip
+    if found:
+        why = f"{PRODUCTION_ENV}=1" if by_environment else "a chartered (production) ledger"
         raise RunRefused(
-            f"refused under {PRODUCTION_ENV}=1: " + "; ".join(problems) + ". Nothing was drawn."
+            f"refused under {why}: " + "; ".join(p for p, _ in found) + ". Nothing was drawn.",
+            combined([r for _, r in found]),
         )
+
+
+def combined(remedies: Sequence[Remedy]) -> Remedy:
+    """One next step for several problems: each one's step, in each caller's syntax."""
+    if len(remedies) == 1:
+        return remedies[0]
+
+    def joined(context: str) -> str:
+        steps = [r.for_context(context) for r in remedies]
+        return "; and ".join(dict.fromkeys(s for s in steps if s))
+
+    return Remedy(cli=joined("cli"), deployment=joined("deployment"))

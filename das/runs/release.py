@@ -34,6 +34,7 @@ from das.runs.folder import RunFolder
 from das.runs.policy import MARKER_TEXT, RunRefused
 
 MANIFEST = "MANIFEST.json"
+CERTIFICATE = "CERTIFICATE.intoto.json"  # the release's proof (das.runs.certificate)
 MANIFEST_FORMAT = "das-release-manifest/1"
 AUDIT_FILE = "audit.json"
 
@@ -248,13 +249,15 @@ class ReleaseStager:
         outputs: Mapping[str, Mapping[str, Any]],
         markers: list[str],
         seal: Callable[[str], Mapping[str, Any]] | None = None,
+        certify: Callable[[Path, Mapping[str, Any]], None] | None = None,
     ) -> dict[str, Any]:
         """Write markers, audit and the manifest (last) into staging, then rename it into
         place. Returns what happened: ``published``, ``already-published`` (a rerun of the same
         run whose content equals the release in place) and any replaced release.
 
         ``seal(content_digest)`` records the release in the privacy ledger just before the
-        MANIFEST is written and returns the ledger head the MANIFEST carries (``ledger``)."""
+        MANIFEST is written and returns the ledger head the MANIFEST carries (``ledger``);
+        ``certify(staging, manifest)`` then writes the release's certificate beside it."""
         staging = self.staging
         for marker in markers:
             atomic_write_text(staging / marker, MARKER_TEXT[marker])
@@ -290,6 +293,8 @@ class ReleaseStager:
         if seal is not None:
             manifest["ledger"] = dict(seal(content_digest(files)))
         atomic_write_text(staging / MANIFEST, json.dumps(manifest, indent=1) + "\n")
+        if certify is not None:
+            certify(staging, manifest)
         fsync_directory(staging)
         if release.exists():
             problem = describe_existing(release)

@@ -4,19 +4,22 @@
 Dask cluster is started by ``das run``, and again (authoritatively) inside the flow, whatever
 started it. In order, none reading a confidential record:
 
-1. production mode (``DAS_PRODUCTION``; an unknown value refuses);
+1. ``DAS_PRODUCTION`` (an unknown value refuses) and what it refuses by itself (a seed);
 2. the inputs are regular files (a named pipe, a device, a directory or a dangling link is
    refused by name at once: a reader would block or fail late);
 3. the parameters are sealed (:mod:`das.runs.seal`) and parsed once; the plan is built from them;
-4. the production policy (no seed, no infinite budget, no command-line cumulative total);
-5. the privacy ledger: configured, initialized and intact (:mod:`das.runs.ledger`), and the one
-   the releases beside the output were recorded in;
-6. the run id: when it names an existing run, the ledger's binding (output, product, sealed
+4. the privacy ledger: configured, initialized and intact (:mod:`das.runs.ledger`). A chartered
+   ledger makes the run a production run, whatever ``DAS_PRODUCTION`` says; its charter must be
+   in force, and the run's signing key (:mod:`das.runs.run_key`) one of the charter's runners;
+5. the production policy (no seed, no infinite budget, no command-line cumulative total);
+6. the output's place: never inside a release, a run's work folder or the state root, and the
+   releases beside it were recorded in this ledger;
+7. the run id: when it names an existing run, the ledger's binding (output, product, sealed
    parameters, budgets, seed mode) must match;
-7. in production, outside a deployment run (which pauses for an approval instead), an open
-   approval of this config must exist — the check of the dataset's own totals needs the records
-   and comes after they are read;
-8. an existing release is never overwritten, and the output has no live run.
+8. in production, outside a deployment run (which waits for approvers instead), an approval of
+   these sealed parameters signed by a quorum must be open — the check of the dataset's own
+   totals needs the records and comes after they are read;
+9. an existing release is never overwritten, and the output has no live run.
 """
 
 from __future__ import annotations
@@ -30,7 +33,7 @@ from typing import Any
 from das.io.tables import not_a_regular_file
 from das.privacy.accounting import Measurement, compose
 from das.privacy.mechanisms import Budget
-from das.runs.folder import RunFolder, check_run_id
+from das.runs.folder import RunFolder, check_output_place, check_run_id
 from das.runs.ledger import (
     ApprovalRequired,
     LedgerRefused,
@@ -50,7 +53,9 @@ from das.runs.policy import (
     production_mode,
 )
 from das.runs.release import OutputLock, ReleaseStager
+from das.runs.run_key import RUN_KEY_ENV, run_key
 from das.runs.seal import SealedParameters, seal_files
+from das.signing import PublicKey
 
 RUN_ID_FIELD = "{run_id}"
 PREFLIGHT_RUN_ID = "preflight"  # stands for the run id a flow run will get
@@ -153,15 +158,20 @@ Parse = Callable[[SealedParameters], Any]  # sealed files -> the product's parse
 
 
 def approve_command(request: RunRequest) -> str:
-    """The exact ``das ledger approve`` command for this run's config and data."""
+    """The exact ``das ledger approve`` command an approver runs for this run's config, spec
+    files, coterminous file and records."""
     store = configured_store()
     where = ""
     if store is not None and store.path is not None and os.environ.get(LEDGER_ENV):
         where = f" --ledger {store.path.parent}"
-    note = ' --note "why this release"'
+    elif store is not None and store.path is None:
+        where = ' --url "$DAS_LEDGER_URL"'
+    coterminous = request.parameters.get("coterminous")
+    extra = f" --coterminous {coterminous}" if coterminous else ""
     return (
-        f"das ledger approve --product {request.product} --config {request.config_path} "
-        f"--data {request.data_dir}{where}{note}"
+        f"each approver (a quorum of the charter) runs: das ledger approve --product "
+        f"{request.product} --config {request.config_path} --data {request.data_dir}{extra}"
+        f'{where} --key <their approver key> --note "why this release"'
     )
 
 
@@ -178,6 +188,7 @@ class StartCheck:
     run_id: str | None
     folder: RunFolder | None
     existing: RunState | None
+    run_key: Path | None = None  # the file of the key that signs the release's certificate
 
     def opening(self, request: RunRequest, flow_run_id: str | None) -> RunOpening:
         assert self.run_id is not None and self.folder is not None
@@ -224,17 +235,23 @@ def check_start(
     production)."""
     if request.context not in CONTEXTS:
         raise ValueError(f"unknown run context {request.context!r}")
-    production = production_mode()
-    # What needs no parameter file first (a seed, the ledger setting); the plan's budgets after.
+    # What needs no parameter file first (a seed under DAS_PRODUCTION, the ledger setting).
     check_release_policy(request.seed, (), cumulative_total=request.cumulative_total)
     check_inputs_regular(inputs)
     sealed = seal_files(inputs.parameters)
     parameters = parse(sealed)
     plan: RunPlan | None = None if parameters is None else parameters.run_plan()
     measurements = plan.measurements if plan is not None else ()
-    check_release_policy(request.seed, measurements, cumulative_total=request.cumulative_total)
-    markers = privacy_markers(request.seed, measurements)
     ledger = open_ledger()
+    production = production_mode() or ledger.production
+    check_release_policy(
+        request.seed, measurements, cumulative_total=request.cumulative_total,
+        production=production,
+    )  # fmt: skip
+    markers = privacy_markers(request.seed, measurements)
+    key_path, key = run_key(create=not production)
+    if production:
+        check_charter_for_runs(ledger, key)
     folder = existing = None
     if run_id is not None:
         check_run_id(run_id)
@@ -244,6 +261,8 @@ def check_start(
         # Before a flow run exists (`das run` without --run-id): the output is known already.
         folder = RunFolder(request.output, PREFLIGHT_RUN_ID)
     if folder is not None:
+        assert folder.state is not None
+        check_output_place(folder.release_dir, folder.state)
         anchors = release_anchor_problems(ledger.ledger, ledger.info, folder.release_dir)
         if anchors:
             raise LedgerRefused(
@@ -251,7 +270,7 @@ def check_start(
                 "beside this output: " + "; ".join(anchors) + ". Nothing was drawn"
             )
     check = StartCheck(
-        production, sealed, parameters, plan, markers, ledger, run_id, folder, existing
+        production, sealed, parameters, plan, markers, ledger, run_id, folder, existing, key_path
     )
     if existing is not None:
         changes = binding_changes(existing, check.opening(request, None))
@@ -267,12 +286,13 @@ def check_start(
         and plan is not None
         and request.context != "deployment"
         and not resuming_spend
-        and not ledger.ledger.has_open_approval(request.product, sealed.sha256("config.json"))
+        and not ledger.ledger.has_open_approval(request.product, sealed.digest)
     ):
         raise ApprovalRequired(
-            f"no open approval of this config (sha256 {sealed.sha256('config.json')[:12]}) "
-            f"for {request.product} is in the privacy ledger {ledger.info.location}: in "
-            "production every spend is approved before the run. Nothing was read or drawn",
+            f"no approval of these sealed parameters (config, spec files, coterminous file: "
+            f"{sealed.digest[:12]}) for {request.product} signed by a quorum of approvers is "
+            f"open in the privacy ledger {ledger.info.location}: in production every spend is "
+            "approved before the run. Nothing was read or drawn",
             Remedy(command=approve_command(request)),
             [],
             ledger.info.ceilings,
@@ -286,3 +306,32 @@ def check_start(
             )
         ReleaseStager(folder, replace=request.replace_release).check_target()
     return check
+
+
+def check_charter_for_runs(ledger: OpenedLedger, key: PublicKey) -> None:
+    """A production run needs its ledger's charter in force and its own signing key among the
+    charter's runners: otherwise its release could prove nothing."""
+    chain = ledger.chain
+    if chain.in_force is None:
+        pending = chain.pending
+        raise LedgerRefused(
+            f"the charter of privacy ledger {ledger.info.location} is not in force yet"
+            + (
+                f" (charter {pending.digest[:16]} needs {pending.quorum} approvers' signatures)"
+                if pending is not None
+                else ""
+            )
+            + ": nothing can be spent before it is. Nothing was read or drawn",
+            Remedy(command="each approver: das ledger charter sign --key <their approver key>"),
+        )
+    if key not in chain.in_force.runners:
+        raise LedgerRefused(
+            f"this run's signing key {key.fingerprint} ({RUN_KEY_ENV}) is not a runner of the "
+            f"charter in force of privacy ledger {ledger.info.location}: a release it signed "
+            "could not be proven. Nothing was read or drawn",
+            Remedy(
+                command=f"run as the service account whose key the charter names (set "
+                f"{RUN_KEY_ENV}), or have the approvers add this key: das ledger charter propose "
+                "--runner-key <its .pub file> --key <approver key>"
+            ),
+        )

@@ -6,6 +6,8 @@ The rest of the pipeline uses the names below; each lives in the module of its c
 
 from das.runs.ledger.amounts import PassSpend, decimal_text, parse_total
 from das.runs.ledger.anchors import release_anchor_problems, witness_problems
+from das.runs.ledger.approvals import Approval
+from das.runs.ledger.charter import Charter, CharterChain
 from das.runs.ledger.draws import DrawRecord
 from das.runs.ledger.errors import (
     ApprovalRequired,
@@ -30,8 +32,11 @@ from das.runs.ledger.store import LEDGER_FILE, LedgerStore
 
 __all__ = [
     "LEDGER_FILE",
+    "Approval",
     "ApprovalRequired",
     "CeilingExceeded",
+    "Charter",
+    "CharterChain",
     "CumulativeSpendRequired",
     "DrawRecord",
     "DrawRefused",

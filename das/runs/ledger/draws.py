@@ -51,13 +51,17 @@ def start_drawing(db: LedgerTransaction, run_id: str, attempt: int) -> None:
     db.append("drawing-started", {"attempt": attempt}, run_id=run_id)
 
 
-def release_reservation(db: LedgerTransaction, run_id: str, reason: str) -> bool:
+def release_reservation(
+    db: LedgerTransaction, run_id: str, reason: str, by: str | None = None
+) -> bool:
     """A run that stopped before its first draw spends nothing: its authorization (and
-    approval) is returned. Refused silently (False) once drawing started."""
+    approval) is returned. Refused silently (False) once drawing started. ``by``: who released
+    it by hand (`das ledger release`); the run itself otherwise."""
     state = fold_run(db.entries(run_id=run_id))
-    if state is None or state.status not in ("reserved", "authorized"):
+    if state is None or state.status not in ("reserved", "authorized") or state.drew:
         return False
-    db.append("run-released", {"reason": reason}, run_id=run_id)
+    detail = {"reason": reason} if by is None else {"reason": reason, "by": by}
+    db.append("run-released", detail, run_id=run_id)
     return True
 
 

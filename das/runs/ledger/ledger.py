@@ -26,7 +26,7 @@ from __future__ import annotations
 import hashlib
 import secrets
 import uuid
-from collections.abc import Iterable, Mapping
+from collections.abc import Iterable, Mapping, Sequence
 from fractions import Fraction
 from typing import Any
 
@@ -35,6 +35,13 @@ from das.privacy.limits import MAX_PASS_TOTAL
 from das.privacy.mechanisms import Budget, fraction_text
 from das.runs.ledger import anchors, draws, spending, validations
 from das.runs.ledger.amounts import PassSpend, decimal_text
+from das.runs.ledger.approvals import Approval, fold_approvals
+from das.runs.ledger.charter import (
+    Charter,
+    CharterChain,
+    check_charter_statement,
+    fold_charters,
+)
 from das.runs.ledger.draws import DrawRecord
 from das.runs.ledger.errors import LedgerRefused
 from das.runs.ledger.identity import DATASET_TAG, NOISE_TAG, keyed_id, who
@@ -48,9 +55,10 @@ from das.runs.ledger.state import (
 )
 from das.runs.ledger.store import Entry, LedgerStore, LedgerTransaction, chain_problems
 from das.runs.policy import Remedy
+from das.signing import PublicKey
 
 
-def _ceilings(ceilings: Mapping[str, Fraction] | None) -> dict[str, Fraction]:
+def ledger_ceilings(ceilings: Mapping[str, Fraction] | None) -> dict[str, Fraction]:
     """A new ledger's ceilings per pass: the system's maxima, lowered where asked."""
     limits = dict(MAX_PASS_TOTAL)
     for definition, value in (ceilings or {}).items():
@@ -67,20 +75,71 @@ def _ceilings(ceilings: Mapping[str, Fraction] | None) -> dict[str, Fraction]:
     return limits
 
 
-def _first_entries(db: LedgerTransaction, limits: Mapping[str, Fraction]) -> None:
-    """A new ledger's secret key and its ``init`` entry, which names it and commits to it."""
+def _first_entries(
+    db: LedgerTransaction,
+    limits: Mapping[str, Fraction],
+    ledger_id: str | None = None,
+    charter: tuple[Mapping[str, Any], str] | None = None,
+) -> None:
+    """A new ledger's secret key and its ``init`` entry, which names it and commits to it;
+    with ``charter`` (its statement and the proposer's signature), its first charter too, in
+    the same transaction: a production ledger never exists without one."""
     key = secrets.token_hex(32)
     db.set_key(key)
     db.append(
         "init",
         {
             "format": LEDGER_FORMAT,
-            "ledger_id": str(uuid.uuid4()),
+            "ledger_id": ledger_id or str(uuid.uuid4()),
             "ceilings": {d: fraction_text(v) for d, v in sorted(limits.items())},
             "key_sha256": hashlib.sha256(key.encode()).hexdigest(),
             "by": who(),
         },
     )
+    if charter is not None:
+        statement, signature = charter
+        db.append("charter", {"statement": dict(statement), "signatures": [signature]})
+
+
+def signature_problems(entries: Sequence[Entry]) -> list[str]:
+    """Signatures in the ledger that do not count — a charter or an approval carrying a
+    signature no eligible key made — and production spends that no quorum approved: rows
+    written around `das ledger` (a forged approval authorizes nothing, and verify names it)."""
+    problems: list[str] = []
+    chain = fold_charters(entries)
+    problems += chain.problems
+    for charter in chain.charters:
+        eligible, _ = chain.required(charter)
+        for reason in charter.signers(eligible)[1]:
+            problems.append(
+                f"charter {charter.digest[:16]} carries a signature that does not count "
+                f"({reason}): not made by `das ledger` (forged?)"
+            )
+    by_digest = {c.digest: c for c in chain.charters}
+    approvals = {a.approval_id: a for a in fold_approvals(entries)}
+    for approval in approvals.values():
+        charter = by_digest.get(str(approval.charter))
+        if chain.chartered and approval.signatures:
+            for reason in approval.signers(charter)[1]:
+                problems.append(
+                    f"approval {approval.approval_id} carries a signature that does not count "
+                    f"({reason}) (forged?)"
+                )
+    for entry in entries:
+        if entry.kind != "spend-authorized" or not entry.payload.get("production"):
+            continue
+        data = entry.payload
+        approval = approvals.get(str(data.get("approval")))
+        charter = None if approval is None else by_digest.get(str(approval.charter))
+        signed = 0 if approval is None else len(approval.signers(charter)[0])
+        if approval is None or charter is None or signed < charter.quorum:
+            problems.append(
+                f"run {entry.run_id} spent in production (entry {entry.seq}) under "
+                + (f"approval {approval.approval_id}, which {signed} approver(s) signed"
+                   if approval is not None else "no approval the ledger holds")
+                + ": no quorum approved it (forged?)"
+            )  # fmt: skip
+    return problems
 
 
 class PrivacyLedger:
@@ -105,14 +164,36 @@ class PrivacyLedger:
 
     @classmethod
     def initialize(
-        cls, store: LedgerStore, ceilings: Mapping[str, Fraction] | None = None
+        cls,
+        store: LedgerStore,
+        ceilings: Mapping[str, Fraction] | None = None,
+        *,
+        ledger_id: str | None = None,
+        charter: tuple[Mapping[str, Any], str] | None = None,
     ) -> PrivacyLedger:
-        """Create the ledger: tables, secret key, the ``init`` entry. Refuses an existing one."""
-        limits = _ceilings(ceilings)
+        """Create the ledger: tables, secret key, the ``init`` entry and, for a production
+        ledger, its first charter (statement and proposer's signature, checked first: see
+        :mod:`~das.runs.ledger.charter`). Refuses an existing one."""
+        limits = ledger_ceilings(ceilings)
+        if charter is not None:
+            if ledger_id is None:
+                raise ValueError("a charter names its ledger: give the ledger_id it names")
+            statement, signature = charter
+            check_charter_statement(statement, ledger_id, None)
+            first = Charter(dict(statement), 0, "", (signature,))
+            signers, rejected = first.signers(first.approvers)
+            if not signers:
+                raise LedgerRefused(
+                    "the charter's signature does not count: "
+                    + "; ".join(rejected)
+                    + ". It is signed by one of the approvers it names"
+                )
+            if first.ceilings != {d: Fraction(v) for d, v in limits.items()}:
+                raise ValueError("the charter's ceilings are not the ledger's")
         if (
             store.file_state() == "empty"
             or store.has_tables()
-            or not store.create(lambda db: _first_entries(db, limits))
+            or not store.create(lambda db: _first_entries(db, limits, ledger_id, charter))
         ):
             raise LedgerRefused(
                 f"{store.location} exists already (an empty file, or the ledger's tables): a "
@@ -125,7 +206,7 @@ class PrivacyLedger:
     def create_if_absent(cls, store: LedgerStore) -> bool:
         """Create a ledger with the default ceilings where there is none; False when another
         process created one there first (then use that one)."""
-        limits = _ceilings(None)
+        limits = ledger_ceilings(None)
         return store.create(lambda db: _first_entries(db, limits))
 
     def initialized(self) -> bool:
@@ -181,7 +262,7 @@ class PrivacyLedger:
             state = fold_run(run_entries)
             for problem in state.out_of_order if state is not None else ():
                 problems.append(f"run {run_id}: {problem}, which no run writes (forged?)")
-        return problems
+        return problems + signature_problems(entries)
 
     def require_intact(self) -> LedgerInfo:
         """The ledger's info after checking its whole chain; refuses a broken one."""
@@ -319,43 +400,295 @@ class PrivacyLedger:
                 remedy=remedy,
             )
 
-    def approve(
-        self,
-        *,
-        product: str,
-        dataset: str,
-        config_sha256: str,
-        definition: str,
-        budgets: Mapping[str, Budget],
-        note: str = "",
-        by: str | None = None,
-        via: str = "das ledger approve",
-    ) -> dict[str, Any]:
-        """Record a person's approval of this config's per-pass totals on this dataset."""
+    # -- the charter (:mod:`~das.runs.ledger.charter`) -----------------------------------------
+
+    def charter_chain(self) -> CharterChain:
+        """Every charter of the ledger, with the one in force (signatures verified)."""
+        with self.store.transaction() as db:
+            return spending.charter_chain(db)
+
+    def propose_charter(self, statement: Mapping[str, Any], signature: str) -> Charter:
+        """Append a charter (the first of the ledger, or one continuing the charter in force)
+        with its proposer's signature, who must be one of the approvers it needs."""
         with self.store.transaction(write=True) as db:
-            return spending.approve(
-                db,
-                self._info(db),
-                product=product,
-                dataset=dataset,
-                config_sha256=config_sha256,
-                definition=definition,
-                budgets=budgets,
-                note=note,
-                by=by or who(),
-                via=via,
+            info = self._info(db)
+            chain = spending.charter_chain(db)
+            if chain.in_force is None and chain.chartered:
+                raise LedgerRefused(
+                    "this ledger's first charter is not in force yet: its approvers sign it "
+                    "(das ledger charter sign) before another can be proposed"
+                )
+            if chain.pending is not None:
+                raise LedgerRefused(
+                    f"charter {chain.pending.digest[:16]} awaits its signatures: sign it, or "
+                    "let it be, before proposing another"
+                )
+            check_charter_statement(statement, info.ledger_id, chain.in_force)
+            charter = Charter(dict(statement), 0, "", (signature,))
+            eligible, _ = chain.required(charter) if chain.in_force else (charter.approvers, 0)
+            signers, rejected = charter.signers(eligible)
+            if not signers:
+                raise LedgerRefused(
+                    "the proposer's signature does not count: "
+                    + "; ".join(rejected)
+                    + ". A charter is proposed by one of the approvers whose quorum it needs"
+                )
+            entry = db.append("charter", {"statement": dict(statement), "signatures": [signature]})
+        return Charter(dict(statement), entry.seq, entry.at, (signature,))
+
+    def sign_charter(self, digest: str, signature: str) -> Charter:
+        """Add an approver's signature to a charter that is not in force yet."""
+        with self.store.transaction(write=True) as db:
+            chain = spending.charter_chain(db)
+            charter = chain.find(digest)
+            if charter is None:
+                raise LedgerRefused(f"no charter {digest[:16]} in this ledger")
+            if chain.in_force is not None and charter.seq <= chain.in_force.seq:
+                raise LedgerRefused(f"charter {digest[:16]} is in force or was superseded")
+            eligible, _ = chain.required(charter)
+            before, _ = charter.signers(eligible)
+            after, rejected = charter.with_signature(signature).signers(eligible)
+            if len(after) == len(before):
+                reason = (
+                    rejected[-1]
+                    if len(rejected) > len(charter.signers(eligible)[1])
+                    else ("this key signed it already")
+                )
+                raise LedgerRefused(f"the signature does not count: {reason}")
+            db.append("charter-signature", {"charter": charter.digest, "signature": signature})
+            return spending.charter_chain(db).find(charter.digest) or charter
+
+    # -- approvals (:mod:`~das.runs.ledger.approvals`) -----------------------------------------
+
+    def plan_spend(
+        self, product: str, dataset: str, parameters: str, definition: str,
+        budgets: Mapping[str, Budget],
+    ) -> tuple[list[PassSpend], Fraction, CharterChain, Approval | None]:  # fmt: skip
+        """What approving this spend would say — per pass the earlier, this-run and cumulative
+        totals, the ceiling, the charters — and the open statement of the same spend that
+        another approver started, if any. Refuses a spend above the ceiling."""
+        infinite = sorted(name for name, b in budgets.items() if isinstance(b, float))
+        if infinite:
+            raise LedgerRefused(
+                f"pass(es) {infinite} have an infinite budget (no noise): that is not a private "
+                "release and cannot be approved"
+            )
+        with self.store.transaction() as db:
+            info = self._info(db)
+            chain = spending.charter_chain(db)
+            runs = spending.dataset_runs(db, dataset)
+            counting = [r for r in runs if r.counting]
+            passes = spending.plan_passes(counting, budgets, definition)
+            ceiling = spending.ceilings(info, chain)[definition]
+            spending.check_ceiling(passes, ceiling, dataset, counting, "cannot approve: ")
+            used = spending.used_approvals(runs)
+            open_ = [
+                a
+                for a in spending.dataset_approvals(db, dataset)
+                if a.approval_id not in used
+                and a.rejection is None
+                and not a.expired()
+                and a.statement.get("ledger_id") == info.ledger_id
+                and a.charter == (None if chain.in_force is None else chain.in_force.digest)
+                and a.covers(product, parameters, definition, passes)
+                and a.passes == {p.pass_name: {"prior": fraction_text(p.prior),
+                                              "this_run": fraction_text(p.this_run),
+                                              "cumulative": fraction_text(p.cumulative)}
+                                 for p in passes}
+            ]  # fmt: skip
+        return passes, ceiling, chain, (open_[0] if open_ else None)
+
+    def record_approval(
+        self, statement: Mapping[str, Any], signatures: Sequence[str] = ()
+    ) -> Approval:
+        """Append an approval statement with the signatures made so far (none: a request a
+        paused run writes for its approvers). Each signature must be an approver's."""
+        with self.store.transaction(write=True) as db:
+            info = self._info(db)
+            chain = spending.charter_chain(db)
+            if statement.get("ledger_id") != info.ledger_id:
+                raise LedgerRefused(
+                    f"the approval names ledger {statement.get('ledger_id')}, not this one"
+                )
+            in_force = chain.in_force
+            if statement.get("charter") != (None if in_force is None else in_force.digest):
+                raise LedgerRefused("the approval was made under another charter than the one "
+                                    "in force: make it again")  # fmt: skip
+            approval = Approval(
+                dict(statement), 0, "", str(statement["dataset"]), tuple(signatures)
+            )
+            if signatures:
+                if in_force is None:
+                    raise LedgerRefused(
+                        "this ledger has no charter: nobody is an approver whose signature "
+                        "could be checked (a chartered ledger is created with das ledger init "
+                        "--approvers FILE --quorum K --key KEY)"
+                    )
+                signers, rejected = approval.signers(in_force)
+                if len(signers) != len(signatures):
+                    raise LedgerRefused("a signature does not count: " + "; ".join(rejected))
+            entry = db.append(
+                "approval",
+                {"statement": dict(statement), "signatures": list(signatures)},
+                dataset=str(statement["dataset"]),
+            )
+        return Approval(dict(statement), entry.seq, entry.at, approval.dataset, tuple(signatures))
+
+    def approval(self, approval_id: str) -> Approval | None:
+        with self.store.transaction() as db:
+            found = [a for a in spending.dataset_approvals(db, None) if
+                     a.approval_id == approval_id]  # fmt: skip
+        return found[0] if found else None
+
+    def sign_approval(self, approval_id: str, signature: str) -> Approval:
+        """Add an approver's signature to an approval statement; refuses a signature that does
+        not verify, is not an approver's of the charter in force, or was given already."""
+        with self.store.transaction(write=True) as db:
+            chain = spending.charter_chain(db)
+            found = [a for a in spending.dataset_approvals(db, None) if
+                     a.approval_id == approval_id]  # fmt: skip
+            if not found:
+                raise LedgerRefused(f"no approval {approval_id} in this ledger")
+            approval = found[0]
+            if chain.in_force is None or approval.charter != chain.in_force.digest:
+                raise LedgerRefused(
+                    f"approval {approval_id} was not made under the charter in force: it "
+                    "cannot be signed (make a new one)"
+                )
+            if approval.rejection is not None:
+                raise LedgerRefused(f"approval {approval_id} was rejected; make a new one")
+            if approval.expired():
+                raise LedgerRefused(f"approval {approval_id} expired at {approval.expires}")
+            before, _ = approval.signers(chain.in_force)
+            after, rejected = approval.with_signature(signature).signers(chain.in_force)
+            if len(after) == len(before):
+                new = rejected[len(approval.signers(chain.in_force)[1]) :]
+                raise LedgerRefused(
+                    "the signature does not count: "
+                    + (new[0] if new else "this approver signed it already")
+                )
+            db.append(
+                "approval-signature",
+                {"approval_id": approval_id, "signature": signature},
+                dataset=approval.dataset,
+            )
+            return approval.with_signature(signature)
+
+    def reject_approval(self, approval_id: str, reason: str, by: str, via: str) -> None:
+        """Record that a person rejected an approval request (it then authorizes nothing)."""
+        with self.store.transaction(write=True) as db:
+            found = [a for a in spending.dataset_approvals(db, None) if
+                     a.approval_id == approval_id]  # fmt: skip
+            if not found:
+                raise LedgerRefused(f"no approval {approval_id} in this ledger")
+            db.append(
+                "approval-rejected",
+                {"approval_id": approval_id, "reason": reason, "by": by, "via": via},
+                dataset=found[0].dataset,
             )
 
-    def approvals(self, dataset: str | None = None) -> list[dict[str, Any]]:
-        """Every approval (oldest first) with the run that used it, if any."""
+    def approval_request(self, run_id: str) -> Approval | None:
+        """The open approval statement a paused run asked its approvers to sign (made under
+        the charter in force, unexpired); a rejected one is returned too (the run then ends)."""
         with self.store.transaction() as db:
-            return spending.approvals(db, dataset)
+            chain = spending.charter_chain(db)
+            charter = None if chain.in_force is None else chain.in_force.digest
+            found = [
+                a
+                for a in spending.dataset_approvals(db, None)
+                if a.run_id == run_id and a.charter == charter and not a.expired()
+            ]
+        return found[-1] if found else None
 
-    def has_open_approval(self, product: str, config_sha256: str) -> bool:
-        """Whether any approval of this product and config is not used by a run yet (a cheap
-        check before any record is read: without one, a production run cannot spend)."""
+    def approval_agreed(self, approval_id: str) -> tuple[bool, list[PublicKey], int]:
+        """Whether a quorum signed the approval, who did (verified), and how many are needed."""
+        with self.store.transaction() as db:
+            chain = spending.charter_chain(db)
+            found = [a for a in spending.dataset_approvals(db, None) if
+                     a.approval_id == approval_id]  # fmt: skip
+        if not found:
+            return False, [], 0
+        signers, _ = found[0].signers(chain.in_force)
+        needed = 0 if chain.in_force is None else chain.in_force.quorum
+        return found[0].agreed(chain), sorted(signers, key=lambda k: k.fingerprint), needed
+
+    def spend_proof(self, run_id: str) -> dict[str, Any]:
+        """What a release's certificate carries of its run's spend: the charter chain up to
+        the charter the spend was authorized under, the approval it used (statement and
+        signatures), when it was authorized, and whether it was a production spend."""
+        with self.store.transaction() as db:
+            authorized = [e for e in db.entries(run_id=run_id, kinds=("spend-authorized",))]
+            if not authorized:
+                raise LedgerRefused(f"run {run_id} has no authorized spend")
+            entry = authorized[0]
+            data = entry.payload
+            chain = spending.charter_chain(db)
+            charters = []
+            for charter in chain.chain:
+                charters.append({"statement": charter.statement,
+                                 "signatures": list(charter.signatures)})  # fmt: skip
+                if charter.digest == data.get("charter"):
+                    break
+            if data.get("charter") is None:
+                charters = []
+            approval = next(
+                (a for a in spending.dataset_approvals(db, entry.dataset)
+                 if a.approval_id == data.get("approval")),
+                None,
+            )  # fmt: skip
+        return {
+            "charters": charters,
+            "approvals": [] if approval is None else [approval.record()],
+            "authorized_at": entry.at,
+            "production": bool(data.get("production")),
+        }
+
+    def approvals(self, dataset: str | None = None) -> list[dict[str, Any]]:
+        """Every approval (oldest first): its statement, who signed it (verified), whether a
+        quorum did, the run that used it, and a rejection."""
+        with self.store.transaction() as db:
+            chain = spending.charter_chain(db)
+            found = spending.dataset_approvals(db, dataset)
+            used: dict[str, str] = {}
+            for item in {a.dataset for a in found if a.dataset}:
+                used.update(spending.used_approvals(spending.dataset_runs(db, item)))
+        listing = []
+        for item in found:
+            charter = (
+                chain.in_force
+                if chain.in_force is not None and item.charter == chain.in_force.digest
+                else next((c for c in chain.charters if c.digest == item.charter), None)
+            )
+            signers, rejected = item.signers(charter)
+            listing.append({
+                "approval_id": item.approval_id,
+                "dataset": item.dataset,
+                "at": item.at,
+                "seq": item.seq,
+                "statement": item.statement,
+                "signed_by": sorted(
+                    f"{k.fingerprint} {k.label}".strip() for k in signers
+                ),
+                "signatures_not_counted": rejected,
+                "quorum": None if charter is None else charter.quorum,
+                "agreed": item.agreed(chain),
+                "expired": item.expired(),
+                "used_by": used.get(item.approval_id),
+                "rejection": item.rejection,
+            })  # fmt: skip
+        return listing
+
+    def has_open_approval(self, product: str, parameters: str) -> bool:
+        """Whether an agreed, unexpired, unused and unrejected approval of this product and
+        these sealed parameters exists (a cheap check before any record is read: without one,
+        a production run cannot spend)."""
         return any(
-            a["used_by"] is None and a["product"] == product and a["config_sha256"] == config_sha256
+            a["agreed"]
+            and not a["expired"]
+            and a["used_by"] is None
+            and a["rejection"] is None
+            and a["statement"]["product"] == product
+            and a["statement"]["parameters"]["digest"] == parameters
             for a in self.approvals()
         )
 
@@ -371,10 +704,11 @@ class PrivacyLedger:
         with self.store.transaction(write=True) as db:
             draws.start_drawing(db, run_id, attempt)
 
-    def release_reservation(self, run_id: str, reason: str) -> bool:
-        """A run that stopped before its first draw spends nothing (False once it drew)."""
+    def release_reservation(self, run_id: str, reason: str, by: str | None = None) -> bool:
+        """A run that stopped before its first draw spends nothing (False once it drew);
+        ``by``: the person who released it (`das ledger release`), else the run itself."""
         with self.store.transaction(write=True) as db:
-            return draws.release_reservation(db, run_id, reason)
+            return draws.release_reservation(db, run_id, reason, by)
 
     def charge_draw(self, run_id: str, attempt: int, name: str) -> None:
         """Record that ``name`` is about to be drawn (before any noise exists)."""

@@ -17,11 +17,12 @@ from __future__ import annotations
 
 import os
 from collections.abc import Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 
 from sqlalchemy.engine import make_url
 
+from das.runs.ledger.charter import CharterChain
 from das.runs.ledger.errors import LedgerRefused
 from das.runs.ledger.ledger import PrivacyLedger
 from das.runs.ledger.state import LedgerInfo
@@ -97,11 +98,18 @@ def ledger_store(environ: Mapping[str, str] | None = None) -> LedgerStore:
 
 @dataclass(frozen=True)
 class OpenedLedger:
-    """The ledger a run uses, its identity, and whether this run created it."""
+    """The ledger a run uses, its identity, its charters, and whether this run created it."""
 
     ledger: PrivacyLedger
     info: LedgerInfo
     created: bool
+    chain: CharterChain = field(default_factory=CharterChain)
+
+    @property
+    def production(self) -> bool:
+        """Every run against a chartered ledger is a production run (approvals, no seed, no
+        ``Infinity``), whatever ``DAS_PRODUCTION`` says."""
+        return self.chain.chartered
 
 
 def open_ledger(environ: Mapping[str, str] | None = None) -> OpenedLedger:
@@ -120,6 +128,15 @@ def open_ledger(environ: Mapping[str, str] | None = None) -> OpenedLedger:
     if not production_mode(environ) and blank:
         created = PrivacyLedger.create_if_absent(store)
     info = ledger.require_intact()
+    chain = ledger.charter_chain()
+    if production_mode(environ) and not chain.chartered:
+        raise LedgerRefused(
+            f"privacy ledger {info.location} has no charter, and DAS_PRODUCTION asks for a "
+            "production run: production spends only under approvers' signatures, which a "
+            "ledger without a charter cannot check. Create the production ledger with `das "
+            "ledger init --approvers FILE --quorum K --key KEY` (or give this one a charter: "
+            "`das ledger charter propose`)"
+        )
     pinned = (environ.get(LEDGER_ID_ENV) or "").strip()
     if not pinned and production_mode(environ):
         raise LedgerRefused(
@@ -134,4 +151,4 @@ def open_ledger(environ: Mapping[str, str] | None = None) -> OpenedLedger:
             f"{LEDGER_ID_ENV} expects {pinned}: {LEDGER_ENV}/{LEDGER_URL_ENV} points at another "
             "ledger (mistyped, or the ledger was replaced)"
         )
-    return OpenedLedger(ledger, info, created)
+    return OpenedLedger(ledger, info, created, chain)

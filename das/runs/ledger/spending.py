@@ -1,31 +1,50 @@
-"""Spending and approvals: what a run may spend on a dataset, and who allowed it.
+"""Spending: what a run may spend on a dataset, under whose approval, within which ceiling.
 
 Privacy is spent on data, not on run ids. A run is bound to the dataset it read (a keyed hash
 of the records' canonical fingerprint) with its earlier, this-run and cumulative totals per
-pass (``spend-authorized``), under an approval (production) or an accepted cumulative total
-(outside production). The dataset's recorded spend plus this run must stay within the ledger's
-ceiling. Every function here runs inside one ledger transaction (``db``), so a decision read
-from the ledger and the entry recording it are atomic.
+pass (``spend-authorized``). The dataset's recorded spend plus this run must stay within the
+ceiling (the charter's, else the ledger's). A production run — any run against a chartered
+ledger — spends only under an approval signed by a quorum of the charter's approvers
+(:mod:`~das.runs.ledger.approvals`); outside production a further spend on a dataset needs the
+operator's exact cumulative total, or an (unsigned) approval. Every function here runs inside
+one ledger transaction (``db``), so a decision read from the ledger and the entry recording it
+are atomic.
+
+A refusal that counts a run which never finished (killed, crashed, failed after drawing) names
+it and the way out: resuming it spends nothing more; one that never drew can be released
+(`das ledger release`).
 """
 
 from __future__ import annotations
 
-import uuid
-from collections.abc import Iterable, Mapping
+import datetime as dt
+from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import dataclass
 from fractions import Fraction
 from typing import Any
 
-from das.privacy.mechanisms import Budget, fraction_text, parse_fraction_text
+from das.privacy.mechanisms import Budget, fraction_text
 from das.runs.ledger.amounts import PassSpend, add, decimal_text, in_definition, unit
+from das.runs.ledger.approvals import APPROVAL_KINDS, Approval, fold_approvals
+from das.runs.ledger.charter import CharterChain, fold_charters
 from das.runs.ledger.errors import (
     ApprovalRequired,
     CeilingExceeded,
     CumulativeSpendRequired,
     LedgerRefused,
 )
-from das.runs.ledger.state import LedgerInfo, RunState, fold_approvals, fold_run
+from das.runs.ledger.state import LedgerInfo, RunState, fold_run
 from das.runs.ledger.store import LedgerTransaction
 from das.runs.policy import Remedy
+
+
+def charter_chain(db: LedgerTransaction) -> CharterChain:
+    return fold_charters(db.entries(kinds=("charter", "charter-signature")))
+
+
+def ceilings(info: LedgerInfo, chain: CharterChain) -> dict[str, Fraction]:
+    """The ceilings per pass in force: the charter's, else those the ledger was created with."""
+    return chain.in_force.ceilings if chain.in_force is not None else dict(info.ceilings)
 
 
 def dataset_runs(db: LedgerTransaction, dataset: str) -> list[RunState]:
@@ -35,6 +54,15 @@ def dataset_runs(db: LedgerTransaction, dataset: str) -> list[RunState]:
     )
     runs = [fold_run(db.entries(run_id=run_id)) for run_id in run_ids if run_id]
     return [run for run in runs if run is not None and run.dataset == dataset]
+
+
+def dataset_approvals(db: LedgerTransaction, dataset: str | None) -> list[Approval]:
+    return fold_approvals(db.entries(dataset=dataset, kinds=APPROVAL_KINDS))
+
+
+def used_approvals(runs: Iterable[RunState]) -> dict[str, str]:
+    """approval id → the run that spent it (one run uses one approval)."""
+    return {r.approval: r.run_id for r in runs if r.counting and r.approval}
 
 
 def prior_spend(
@@ -58,6 +86,132 @@ def _spend_line(item: PassSpend) -> str:
     )
 
 
+def resume_step(run: RunState) -> str:
+    """How to resume ``run``, in the syntax of where it was started."""
+    if run.flow_run_id:
+        return (
+            f"Retry flow run {run.flow_run_id} (its page in the Prefect UI, top right; "
+            f"`das prefect flow-run retry {run.flow_run_id}` from a terminal)"
+        )
+    return f"run the same `das run` command again with --run-id {run.run_id}"
+
+
+@dataclass(frozen=True)
+class Holder:
+    """An unfinished run that holds part of a dataset's spend, and the way out of it."""
+
+    run: RunState
+    way: str
+
+    @property
+    def line(self) -> str:
+        run = self.run
+        when = f"last drew {run.last_draw_at[:19]}" if run.last_draw_at else "drew nothing yet"
+        return (
+            f"run {run.run_id} ({run.product}, {run.status}, attempt {run.attempt}, {when}) "
+            f"holds its spend but never published a release: {self.way}"
+        )
+
+
+def holders(runs: Iterable[RunState]) -> list[Holder]:
+    """The unfinished runs among ``runs`` (their budget counts, their release never came),
+    each with the way out: resuming it spends nothing more; one that never drew may instead
+    be released."""
+    found = []
+    for run in runs:
+        if not run.unfinished:
+            continue
+        if run.drew:
+            way = f"resume it (it reuses its draws and spends nothing more): {resume_step(run)}"
+        else:
+            way = (
+                f"resume it ({resume_step(run)}), or, if it will not run again, release its "
+                f'reservation: das ledger release --run-id {run.run_id} --reason "..."'
+            )
+        found.append(Holder(run, way))
+    return found
+
+
+def plan_passes(
+    counting: Sequence[RunState], budgets: Mapping[str, Budget], definition: str
+) -> list[PassSpend]:
+    """This spend per pass against what ``counting`` runs already spent."""
+    passes = []
+    for pass_name, budget in sorted(budgets.items()):
+        prior, names = prior_spend(counting, pass_name, definition)
+        passes.append(PassSpend(pass_name, definition, prior, budget, add(prior, budget), names))
+    return passes
+
+
+def check_ceiling(
+    passes: Sequence[PassSpend],
+    ceiling: Fraction,
+    dataset: str,
+    counting: Sequence[RunState],
+    what: str = "",
+) -> None:
+    """Refuse a spend whose cumulative total would pass the ceiling, naming the unfinished
+    runs that hold part of it (their way out frees nothing, but resuming them spends nothing
+    more: a second run of the same release would)."""
+    over = [p for p in passes if p.cumulative > ceiling]
+    if not over:
+        return
+    definition = over[0].definition
+    message = (
+        f"{what}the privacy ledger's ceiling of {unit(definition)} {decimal_text(ceiling)} per "
+        f"pass would be passed on dataset {dataset[:16]} ("
+        + "; ".join(_spend_line(p) for p in over)
+        + "). No approval can allow it. Nothing was drawn"
+    )
+    held = holders(r for r in counting if r.run_id in {n for p in over for n in p.prior_runs})
+    if held:
+        raise CeilingExceeded(
+            message + ". The earlier spend includes " + "; ".join(h.line for h in held),
+            Remedy(command=held[0].way),
+        )
+    room = "; ".join(
+        f"pass {p.pass_name}: at most {unit(definition)} {decimal_text(max(ceiling - p.prior, 0))}"
+        for p in over
+        if not isinstance(p.prior, float)
+    )
+    raise CeilingExceeded(
+        message + f". What is left on this dataset: {room or 'nothing'}",
+        Remedy(
+            cli="release these records only with a config whose pass totals fit what is left "
+            "(a smaller budget), or not at all",
+            deployment="start a new custom run whose config's pass totals fit what is left "
+            "(a Retry would reuse this config and be refused again), or release no more",
+        ),
+    )
+
+
+def usable_approval(
+    db: LedgerTransaction,
+    info: LedgerInfo,
+    chain: CharterChain,
+    run: RunState,
+    dataset: str,
+    passes: Sequence[PassSpend],
+    at: dt.datetime,
+) -> Approval | None:
+    """The oldest approval that allows this run's spend: agreed (a quorum's signatures under
+    the charter in force; any, without a charter), of this ledger, this product, these sealed
+    parameters and passes, unexpired, unrejected and not spent by another run."""
+    used = used_approvals(dataset_runs(db, dataset))
+    for approval in dataset_approvals(db, dataset):
+        if approval.approval_id in used or approval.rejection is not None:
+            continue
+        if approval.statement.get("ledger_id") != info.ledger_id or approval.expired(at):
+            continue
+        if approval.run_id not in (None, run.run_id):
+            continue
+        if not approval.covers(run.product, str(run.binding["seal"]), run.definition, passes):
+            continue
+        if approval.agreed(chain):
+            return approval
+    return None
+
+
 def authorize(
     db: LedgerTransaction,
     info: LedgerInfo,
@@ -74,11 +228,11 @@ def authorize(
     """Bind the run to the dataset it read and count its spend, or refuse.
 
     A run already bound to ``dataset`` (a resume) spends nothing more; one bound to another
-    dataset is refused (its noise was drawn for other records). Otherwise the dataset's
-    recorded spend plus this run must stay within the ledger's ceiling (private runs), and be
-    covered by an approval of this config for this dataset (production) or, when the dataset
-    already has spend, by the operator's ``accepted`` cumulative totals or an approval (outside
-    production). ``remedy`` is what the refusal tells the operator.
+    dataset is refused (its noise was drawn for other records). Otherwise the spend must stay
+    within the ceiling (private runs) and, in production (``production``, or any chartered
+    ledger), be allowed by a quorum-signed approval; outside production a dataset with recorded
+    spend needs the operator's ``accepted`` cumulative totals or an approval. ``remedy`` is
+    what a refusal for want of an approval tells the operator.
     """
     state = fold_run(db.entries(run_id=run_id))
     if state is None:
@@ -92,27 +246,25 @@ def authorize(
         )
     if state.counting:
         return list(state.passes)
-    others = [r for r in dataset_runs(db, dataset) if r.run_id != run_id]
-    counting = [r for r in others if r.counting]
-    passes = []
-    for pass_name, budget in state.budgets.items():
-        prior, names = prior_spend(counting, pass_name, state.definition)
-        passes.append(
-            PassSpend(pass_name, state.definition, prior, budget, add(prior, budget), names)
+    chain = charter_chain(db)
+    production = production or chain.chartered
+    if production and chain.in_force is None:
+        raise LedgerRefused(
+            f"privacy ledger {location} has no charter in force"
+            + (" (its charter awaits approvers' signatures)" if chain.chartered else "")
+            + ": a production spend needs one. Nothing was drawn",
+            Remedy(command="each approver: das ledger charter sign --key <approver key>"),
         )
-    ceiling = info.ceilings[state.definition]
-    over = [p for p in passes if p.cumulative > ceiling]
-    if over and not state.not_private:
-        raise CeilingExceeded(
-            f"the privacy ledger's ceiling of {unit(state.definition)} {decimal_text(ceiling)} "
-            f"per pass would be passed on dataset {dataset[:16]} ("
-            + "; ".join(_spend_line(p) for p in over)
-            + "). No approval can allow it. Nothing was drawn"
-        )
-    approval = usable_approval(db, state, dataset, passes)
+    counting = [r for r in dataset_runs(db, dataset) if r.run_id != run_id and r.counting]
+    passes = plan_passes(counting, state.budgets, state.definition)
+    ceiling = ceilings(info, chain)[state.definition]
+    if not state.not_private:
+        check_ceiling(passes, ceiling, dataset, counting)
+    approval = usable_approval(db, info, chain, state, dataset, passes, dt.datetime.now(dt.UTC))
     accepted_text = None
     if approval is None:
         if production:
+            held = holders(counting)
             raise ApprovalRequired(
                 f"no approval in the privacy ledger covers this spend on dataset "
                 f"{dataset[:16]}: "
@@ -120,18 +272,31 @@ def authorize(
                     f"{_spend_line(p)} {unit(state.definition)} (ceiling {decimal_text(ceiling)})"
                     for p in passes
                 )
+                + (
+                    ". The earlier spend includes " + "; ".join(h.line for h in held)
+                    if held
+                    else ""
+                )
                 + ". Nothing was drawn",
                 remedy or Remedy(),
                 passes,
-                info.ceilings,
+                ceilings(info, chain),
                 dataset,
             )
-        accepted_text = _accepted_totals(location, dataset, passes, accepted, remedy)
+        accepted_text = _accepted_totals(location, dataset, passes, accepted, remedy, counting)
+    signers = (
+        sorted(k.fingerprint for k in approval.signers(chain.in_force)[0])
+        if approval is not None
+        else []
+    )
     db.append(
         "spend-authorized",
         {
             "passes": [p.exact() for p in passes],
-            "approval": None if approval is None else approval["approval_id"],
+            "approval": None if approval is None else approval.approval_id,
+            "approval_digest": None if approval is None else approval.digest,
+            "approved_by": signers,
+            "charter": None if chain.in_force is None else chain.in_force.digest,
             "accepted": accepted_text,
             "files": dict(files or {}),
             "input_stats": dict(input_stats or {}),
@@ -150,9 +315,11 @@ def _accepted_totals(
     passes: list[PassSpend],
     accepted: Mapping[str, Budget] | None,
     remedy: Remedy | None,
+    counting: Sequence[RunState],
 ) -> dict[str, str]:
     """Outside production, without an approval: a dataset with recorded spend needs the
-    operator to name each new cumulative total exactly (refused otherwise)."""
+    operator to name each new cumulative total exactly (refused otherwise). When an unfinished
+    run holds part of that spend, resuming it is the way out, not a second spend."""
     accepted = dict(accepted or {})
     unknown = sorted(set(accepted) - {p.pass_name for p in passes})
     if unknown:
@@ -177,116 +344,29 @@ def _accepted_totals(
                 f"{decimal_text(item.cumulative)} (earlier {decimal_text(item.prior)}"
                 f" + this run {decimal_text(item.this_run)})"
             )
-    if problems:
-        totals = {p.pass_name: decimal_text(p.cumulative) for p in passes}
+    if not problems:
+        return {k: fraction_text(v) for k, v in accepted.items()}
+    totals = {p.pass_name: decimal_text(p.cumulative) for p in passes}
+    spend_twice = Remedy(
+        cli="accept the new total with "
+        + " ".join(f"--cumulative-total {k}={v}" for k, v in totals.items()),
+        deployment="start a new custom run with the parameter cumulative_total = "
+        + f"{dict(totals)}".replace("'", '"'),
+    )
+    held = holders(counting)
+    message = (
+        f"privacy ledger {location}: dataset {dataset[:16]} already has "
+        "recorded spend. " + "; ".join(problems) + "."
+    )
+    if held:
         raise CumulativeSpendRequired(
-            f"privacy ledger {location}: dataset {dataset[:16]} already has "
-            "recorded spend. " + "; ".join(problems) + ". Nothing was drawn.",
-            remedy
-            or Remedy(
-                cli="accept the new total with "
-                + " ".join(f"--cumulative-total {k}={v}" for k, v in totals.items()),
-                deployment=f"run again with the parameter cumulative_total = "
-                f"{dict(totals)}".replace("'", '"'),
-            ),
+            message
+            + " The earlier spend includes "
+            + "; ".join(h.line for h in held)
+            + ". Nothing was drawn.",
+            Remedy(command=held[0].way + " (a new cumulative total would spend the budget twice)"),
         )
-    return {k: fraction_text(v) for k, v in accepted.items()}
-
-
-def usable_approval(
-    db: LedgerTransaction, run: RunState, dataset: str, passes: list[PassSpend]
-) -> dict[str, Any] | None:
-    """The oldest open approval of this product and config for this dataset whose allowed
-    cumulative totals cover this run's, else None."""
-    runs = dataset_runs(db, dataset)
-    taken = {r.approval for r in runs if r.counting and r.approval}
-    wanted = {p.pass_name: p for p in passes}
-    for approval in fold_approvals(db.entries(dataset=dataset, kinds=("approval",))):
-        if approval["approval_id"] in taken:
-            continue
-        if approval["product"] != run.product:
-            continue
-        if approval["config_sha256"] != run.binding["config_sha256"]:
-            continue
-        allowed = approval["passes"]
-        if set(allowed) != set(wanted):
-            continue
-        if all(
-            parse_fraction_text(allowed[name]["this_run"]) == item.this_run
-            and item.cumulative <= parse_fraction_text(allowed[name]["cumulative"])
-            for name, item in wanted.items()
-        ):
-            return approval
-    return None
-
-
-def approve(
-    db: LedgerTransaction,
-    info: LedgerInfo,
-    *,
-    product: str,
-    dataset: str,
-    config_sha256: str,
-    definition: str,
-    budgets: Mapping[str, Budget],
-    note: str,
-    by: str,
-    via: str,
-) -> dict[str, Any]:
-    """Record a person's approval of this config's per-pass totals on this dataset; refuses
-    an infinite budget or totals that would pass the ceiling."""
-    infinite = sorted(name for name, b in budgets.items() if isinstance(b, float))
-    if infinite:
-        raise LedgerRefused(
-            f"pass(es) {infinite} have an infinite budget (no noise): that is not a private "
-            "release and cannot be approved"
-        )
-    ceiling = info.ceilings[definition]
-    counting = [r for r in dataset_runs(db, dataset) if r.counting]
-    passes: dict[str, dict[str, str]] = {}
-    over = []
-    for name, budget in sorted(budgets.items()):
-        prior, _ = prior_spend(counting, name, definition)
-        cumulative = add(prior, budget)
-        passes[name] = {
-            "prior": fraction_text(prior),
-            "this_run": fraction_text(budget),
-            "cumulative": fraction_text(cumulative),
-        }
-        if cumulative > ceiling:
-            over.append(
-                f"pass {name}: earlier {decimal_text(prior)} + {decimal_text(budget)} = "
-                f"{decimal_text(cumulative)}"
-            )
-    if over:
-        raise CeilingExceeded(
-            f"cannot approve: the ledger's ceiling is {unit(definition)} "
-            f"{decimal_text(ceiling)} per pass on a dataset ({'; '.join(over)})"
-        )
-    approval = {
-        "approval_id": uuid.uuid4().hex[:16],
-        "product": product,
-        "config_sha256": config_sha256,
-        "definition": definition,
-        "passes": passes,
-        "ceiling": fraction_text(ceiling),
-        "by": by,
-        "note": note,
-        "via": via,
-    }
-    entry = db.append("approval", approval, dataset=dataset)
-    return {**approval, "dataset": dataset, "at": entry.at, "seq": entry.seq}
-
-
-def approvals(db: LedgerTransaction, dataset: str | None = None) -> list[dict[str, Any]]:
-    """Every approval (oldest first) with the run that used it, if any."""
-    found = fold_approvals(db.entries(dataset=dataset, kinds=("approval",)))
-    used: dict[str, str] = {}
-    for item in found:
-        for run in dataset_runs(db, str(item["dataset"])):
-            if run.counting and run.approval:
-                used[run.approval] = run.run_id
-    return [{**item, "used_by": used.get(item["approval_id"])} for item in found]
+    raise CumulativeSpendRequired(message + " Nothing was drawn.", remedy or spend_twice)
 
 
 def totals(db: LedgerTransaction, dataset: str) -> dict[str, dict[str, str]]:

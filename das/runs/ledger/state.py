@@ -106,6 +106,11 @@ class RunState:
     completed: dict[str, Any] | None = None
     manifests: list[str] = field(default_factory=list)  # every MANIFEST it published
     opened: str = ""
+    flow_run_id: str | None = None  # of the latest attempt, when a Prefect flow run made it
+    last_at: str = ""  # the time of the run's newest entry
+    last_draw_at: str | None = None
+    ended: dict[str, Any] | None = None  # why it was released or failed last, and by whom
+    production: bool | None = None  # whether its spend was authorized as a production spend
     # entries this code never writes in that order (a forged, well-hashed append): ignored
     # when they would lower the spend, and named by verify()
     out_of_order: list[str] = field(default_factory=list)
@@ -134,6 +139,17 @@ class RunState:
     def not_private(self) -> bool:
         return bool(self.markers)
 
+    @property
+    def drew(self) -> bool:
+        """Whether any noise may exist for it (a draw was charged): then it counts in full."""
+        return bool(self.charged) or bool(self.draws)
+
+    @property
+    def unfinished(self) -> bool:
+        """Counted as spent but never published: killed, crashed, failed after drawing, or
+        still running — a resume of it spends nothing more."""
+        return self.counting and self.status != "completed"
+
 
 def fold_run(entries: Iterable[Entry]) -> RunState | None:
     """A run's state from its entries (in chain order).
@@ -153,10 +169,13 @@ def fold_run(entries: Iterable[Entry]) -> RunState | None:
                 attempt=int(data["attempt"]),
                 status="reserved",
                 opened=entry.at,
+                flow_run_id=data.get("flow_run_id"),
+                last_at=entry.at,
             )
             continue
         if state is None:
             continue
+        state.last_at = entry.at
         unexpected = _out_of_order(state, entry.kind)
         if unexpected:
             state.out_of_order.append(f"entry {entry.seq} ({entry.kind}) {unexpected}")
@@ -164,6 +183,7 @@ def fold_run(entries: Iterable[Entry]) -> RunState | None:
                 continue
         if entry.kind == "run-resumed":
             state.attempt = int(data["attempt"])
+            state.flow_run_id = data.get("flow_run_id") or state.flow_run_id
         elif entry.kind == "spend-authorized":
             state.status = "authorized"
             state.dataset = entry.dataset
@@ -171,6 +191,7 @@ def fold_run(entries: Iterable[Entry]) -> RunState | None:
             state.approval = data.get("approval")
             state.input_stats = data.get("input_stats")
             state.files = dict(data.get("files", {}))
+            state.production = data.get("production")
         elif entry.kind == "drawing-started":
             state.status = "drawing"
         elif entry.kind == "draw-charged":
@@ -182,9 +203,13 @@ def fold_run(entries: Iterable[Entry]) -> RunState | None:
                 "file": data["file"],
                 "attempt": int(data["attempt"]),
             }
+            state.last_draw_at = entry.at
         elif entry.kind == "run-released":
             state.status = "released"
             state.approval = None
+            state.ended = {"kind": "released", "at": entry.at, **data}
+        elif entry.kind == "run-failed":
+            state.ended = {"kind": "failed", "at": entry.at, **data}
         elif entry.kind == "release-sealed" and state.sealed_release is None:
             state.sealed_release = {"seq": entry.seq, "hash": entry.hash, **data}
         elif entry.kind == "run-completed":
@@ -211,12 +236,3 @@ def _out_of_order(state: RunState, kind: str) -> str:
     if kind == "run-completed" and state.sealed_release is None:
         return "completes a run whose release was never sealed"
     return ""
-
-
-def fold_approvals(entries: Iterable[Entry]) -> list[dict[str, Any]]:
-    """The ``approval`` entries among ``entries``, with their dataset, time and position."""
-    return [
-        {**entry.payload, "dataset": entry.dataset, "at": entry.at, "seq": entry.seq}
-        for entry in entries
-        if entry.kind == "approval"
-    ]

@@ -18,7 +18,7 @@ from typing import Any
 from das.io.writers import file_sha256
 from das.runs.ledger.ledger import PrivacyLedger
 from das.runs.ledger.state import LedgerInfo
-from das.runs.release import AUDIT_FILE, MANIFEST, content_digest, read_manifest
+from das.runs.release import AUDIT_FILE, CERTIFICATE, MANIFEST, content_digest, read_manifest
 
 
 def _audit_noise_ids(audit: dict[str, Any]) -> dict[str, str | None]:
@@ -59,6 +59,15 @@ def release_problems(ledger: PrivacyLedger, info: LedgerInfo, release: Path) -> 
             problems.append(f"{name}: listed in the MANIFEST but missing")
         elif file_sha256(path) != item.get("sha256"):
             problems.append(f"{name}: its content differs from the MANIFEST")
+    # Anything else in the folder was put there after publication (run state, a record file).
+    present = {
+        path.relative_to(release).as_posix()
+        for path in release.rglob("*")
+        if path.is_file() or path.is_symlink()
+    }
+    for name in sorted(present - set(files) - {MANIFEST, CERTIFICATE}):
+        problems.append(f"{name}: in the release folder but not in its MANIFEST (added after "
+                        "publication; a release holds only what its MANIFEST lists)")  # fmt: skip
     sealed = entry is not None and entry.kind == "release-sealed"
     if sealed and entry.payload.get("content_sha256") != content_digest(files):
         problems.append("the MANIFEST's file list is not the content the ledger recorded")

@@ -1,0 +1,249 @@
+"""Approvals: signed statements of exactly what a run may spend.
+
+An approval is a statement (``das-approval/1``) of the ledger and its charter, the product, the
+dataset (its id in this ledger), the digest of the sealed parameters (config, every spec file,
+the coterminous file), the privacy definition, per pass the earlier, this-run and cumulative
+totals, an expiry and a note. Approvers sign its canonical bytes with their OpenSSH keys (SSHSIG,
+namespace ``das-approval``): with `das ledger approve --key`, or with plain ``ssh-keygen -Y sign``
+and the signature pasted into the paused run's form. In a chartered (production) ledger an
+approval authorizes one run when a quorum of distinct approvers of the charter in force signed
+it; a row without valid signatures authorizes nothing — whoever wrote it into the database.
+In a ledger without a charter (the per-user default) nobody can sign, and an unsigned approval
+stands for the operator's own decision (it spares a ``--cumulative-total``); such a ledger never
+makes a release that proves it was approved.
+
+Entries: ``approval`` (``{"statement": ..., "signatures": [...]}``; a paused run writes it with
+none), ``approval-signature`` (``{"approval_id", "signature"}``) and ``approval-rejected``
+(``{"approval_id", "reason", "by", "via"}``: a rejection needs no key — it spends nothing).
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+import uuid
+from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+from das.privacy.mechanisms import Budget, fraction_text, parse_fraction_text
+from das.runs.ledger.amounts import PassSpend, decimal_text
+from das.runs.ledger.charter import Charter, CharterChain, valid_signers
+from das.runs.ledger.store import Entry
+from das.signing import PublicKey, canonical_json, statement_digest
+
+APPROVAL_TYPE = "das-approval/1"
+APPROVAL_NAMESPACE = "das-approval"
+DEFAULT_VALID_DAYS = 7
+MAX_VALID_DAYS = 90
+
+
+def now() -> dt.datetime:
+    return dt.datetime.now(dt.UTC)
+
+
+def _time(text: str) -> dt.datetime:
+    return dt.datetime.fromisoformat(text)
+
+
+@dataclass(frozen=True)
+class Approval:
+    """One approval statement as the ledger holds it: its signatures, and a rejection."""
+
+    statement: dict[str, Any]
+    seq: int
+    at: str
+    dataset: str | None
+    signatures: tuple[str, ...] = ()
+    rejection: dict[str, Any] | None = None
+
+    @property
+    def approval_id(self) -> str:
+        return str(self.statement["approval_id"])
+
+    @property
+    def digest(self) -> str:
+        return statement_digest(self.statement)
+
+    @property
+    def message(self) -> bytes:
+        """The bytes an approver signs: exactly these, shown to them before they sign."""
+        return canonical_json(self.statement)
+
+    @property
+    def product(self) -> str:
+        return str(self.statement["product"])
+
+    @property
+    def parameters(self) -> str:
+        return str(self.statement["parameters"]["digest"])
+
+    @property
+    def passes(self) -> dict[str, dict[str, str]]:
+        return dict(self.statement["passes"])
+
+    @property
+    def expires(self) -> dt.datetime:
+        return _time(str(self.statement["expires"]))
+
+    @property
+    def charter(self) -> str | None:
+        return self.statement.get("charter")
+
+    @property
+    def run_id(self) -> str | None:
+        return self.statement.get("run_id")
+
+    def expired(self, at: dt.datetime | None = None) -> bool:
+        return (at or now()) >= self.expires
+
+    def signers(self, charter: Charter | None) -> tuple[set[PublicKey], list[str]]:
+        """The distinct approvers of ``charter`` whose signatures verify, and why each other
+        signature does not count. Under no charter nobody can sign."""
+        if charter is None:
+            return set(), []
+        return valid_signers(self.message, self.signatures, APPROVAL_NAMESPACE, charter.approvers)
+
+    def agreed(self, chain: CharterChain) -> bool:
+        """Whether it stands as a decision: a quorum of the charter in force signed it (and it
+        was made under that charter), or, in a ledger without a charter, it was recorded."""
+        if not chain.chartered:
+            return True
+        charter = chain.in_force
+        if charter is None or self.charter != charter.digest:
+            return False
+        return len(self.signers(charter)[0]) >= charter.quorum
+
+    def covers(
+        self, product: str, parameters: str, definition: str, passes: Sequence[PassSpend]
+    ) -> bool:
+        """Whether it allows this spend: the same product, sealed parameters, definition and
+        passes, each pass's this-run total exactly and a cumulative total within it."""
+        wanted = {p.pass_name: p for p in passes}
+        allowed = self.passes
+        return (
+            self.product == product
+            and self.parameters == parameters
+            and self.statement.get("definition") == definition
+            and set(allowed) == set(wanted)
+            and all(
+                parse_fraction_text(allowed[name]["this_run"]) == item.this_run
+                and item.cumulative <= parse_fraction_text(allowed[name]["cumulative"])
+                for name, item in wanted.items()
+            )
+        )
+
+    def with_signature(self, signature: str) -> Approval:
+        return Approval(
+            self.statement, self.seq, self.at, self.dataset, (*self.signatures, signature),
+            self.rejection,
+        )  # fmt: skip
+
+    def record(self) -> dict[str, Any]:
+        """The statement and its signatures, as a release's certificate carries them."""
+        return {"statement": self.statement, "signatures": list(self.signatures)}
+
+
+def fold_approvals(entries: Iterable[Entry]) -> list[Approval]:
+    """Every approval statement (oldest first) with its signatures and rejection. Rows of the
+    unsigned format of earlier versions carry no statement: they authorize nothing."""
+    found: dict[str, Approval] = {}
+    for entry in entries:
+        data = entry.payload
+        if entry.kind == "approval" and isinstance(data.get("statement"), dict):
+            approval = Approval(
+                dict(data["statement"]), entry.seq, entry.at, entry.dataset,
+                tuple(data.get("signatures", ())),
+            )  # fmt: skip
+            found.setdefault(approval.approval_id, approval)
+        elif entry.kind == "approval-signature" and data.get("approval_id") in found:
+            key = str(data["approval_id"])
+            found[key] = found[key].with_signature(str(data["signature"]))
+        elif entry.kind == "approval-rejected" and data.get("approval_id") in found:
+            key = str(data["approval_id"])
+            item = found[key]
+            if item.rejection is None:
+                found[key] = Approval(
+                    item.statement, item.seq, item.at, item.dataset, item.signatures,
+                    {**data, "at": entry.at},
+                )  # fmt: skip
+    return list(found.values())
+
+
+APPROVAL_KINDS = ("approval", "approval-signature", "approval-rejected")
+
+
+def approval_statement(
+    *,
+    ledger_id: str,
+    charter: Charter | None,
+    product: str,
+    dataset: str,
+    parameters: Mapping[str, Any],
+    definition: str,
+    passes: Sequence[PassSpend],
+    ceiling: Budget,
+    note: str,
+    requested_by: str,
+    run_id: str | None = None,
+    valid_days: int = DEFAULT_VALID_DAYS,
+) -> dict[str, Any]:
+    """A new approval statement (to be signed). ``parameters``: ``{"digest": ...,
+    "files": {name: sha256}}`` of the sealed parameters."""
+    if not 1 <= valid_days <= MAX_VALID_DAYS:
+        raise ValueError(f"an approval is valid for 1 to {MAX_VALID_DAYS} days, not {valid_days}")
+    made = now().replace(microsecond=0)
+    return {
+        "type": APPROVAL_TYPE,
+        "approval_id": uuid.uuid4().hex[:16],
+        "ledger_id": ledger_id,
+        "charter": None if charter is None else charter.digest,
+        "product": product,
+        "dataset": dataset,
+        "parameters": {"digest": str(parameters["digest"]), "files": dict(parameters["files"])},
+        "definition": definition,
+        "passes": {
+            p.pass_name: {
+                "prior": fraction_text(p.prior),
+                "this_run": fraction_text(p.this_run),
+                "cumulative": fraction_text(p.cumulative),
+            }
+            for p in passes
+        },
+        "ceiling": fraction_text(ceiling),
+        "note": note,
+        "requested_by": requested_by,
+        "run_id": run_id,
+        "made": made.isoformat(),
+        "expires": (made + dt.timedelta(days=valid_days)).isoformat(),
+    }
+
+
+def statement_text(statement: Mapping[str, Any]) -> str:
+    """An approval statement as a person reads it before signing (typed text escaped)."""
+    from das.runs.typed_text import shown
+
+    unit = "rho (zCDP)" if statement["definition"] == "zcdp" else "epsilon (pure DP)"
+    lines = [
+        f"approval {statement['approval_id']} of a {statement['product']} spend",
+        f"  privacy ledger {statement['ledger_id']}, charter "
+        f"{(statement.get('charter') or 'none')[:16]}",
+        f"  dataset {str(statement['dataset'])[:16]} (its id in this ledger)",
+        f"  sealed parameters {statement['parameters']['digest'][:16]}:",
+        *(
+            f"    {name}  sha256 {digest[:16]}"
+            for name, digest in sorted(statement["parameters"]["files"].items())
+        ),
+        f"  spend, {unit}:",
+        *(
+            f"    pass {name}: earlier {decimal_text(parse_fraction_text(p['prior']))} + this run "
+            f"{decimal_text(parse_fraction_text(p['this_run']))} = cumulative "
+            f"{decimal_text(parse_fraction_text(p['cumulative']))} (ceiling "
+            f"{decimal_text(parse_fraction_text(statement['ceiling']))})"
+            for name, p in sorted(statement["passes"].items())
+        ),
+        f"  valid until {statement['expires']}",
+        f"  note: {shown(statement.get('note', ''))}",
+        f"  requested by {shown(statement.get('requested_by', ''))}"
+        + (f" for run {shown(statement['run_id'])}" if statement.get("run_id") else ""),
+    ]
+    return "\n".join(lines)

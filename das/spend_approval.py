@@ -1,0 +1,118 @@
+"""What an approver does: read the spend a run would make, see it, and sign exactly that.
+
+`das ledger approve` (and the local profile of `das deploy`) come here. The spend is computed
+from the same inputs a run reads: the sealed parameters (config, the spec files by name, the
+coterminous file) and the records (read once, to fingerprint them: the dataset's id in the
+ledger). The approver's statement (:mod:`das.runs.ledger.approvals`) is the open one another
+approver started for the same spend, or a new one; the approver sees it — and what their own
+journal (:mod:`das.runs.approver_journal`) knows of these records and this ledger — before
+their key signs it.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from das.products import release_product
+from das.runs.ledger import Approval, PassSpend, PrivacyLedger
+from das.runs.ledger.approvals import APPROVAL_NAMESPACE, approval_statement
+from das.runs.ledger.identity import who
+from das.runs.policy import RunRefused
+from das.runs.seal import SealedParameters, seal_files
+from das.runs.start import check_inputs_regular
+
+
+def records_fingerprint(product: str, data: Path) -> str:
+    """The canonical fingerprint of a dataset's confidential records (one read of each)."""
+    from das.io.fingerprint import combine_fingerprints, fingerprint_file
+    from das.io.phsafe import PHSAFE_INPUTS
+    from das.io.safetab_p import PERSON_RECORDS
+
+    specs = {spec.name: spec for spec in (PERSON_RECORDS, *PHSAFE_INPUTS)}
+    inputs = release_product(product).run_inputs(Path("config.json"), data)
+    check_inputs_regular(inputs)  # a FIFO or device is refused by name, never opened
+    names = release_product(product).confidential
+    missing = sorted(set(names) - set(inputs.confidential))
+    if missing:
+        raise ValueError(f"{data}: no {', '.join(missing)} input (.txt/.csv or .parquet)")
+    return combine_fingerprints(
+        {name: fingerprint_file(inputs.confidential[name], specs[name]) for name in names}
+    )
+
+
+def sealed_spend(
+    product: str, config: Path, data: Path, coterminous: Path | None = None
+) -> tuple[SealedParameters, Any]:
+    """The sealed parameters a run of them would read, and their plan (its passes' totals)."""
+    released = release_product(product)
+    sealed = seal_files(released.run_inputs(config, data, coterminous).parameters)
+    parameters = released.parse_parameters(sealed)
+    if parameters is None:
+        raise RunRefused(f"{config}: the parameters cannot be parsed (run `das validate`)")
+    return sealed, parameters.run_plan()
+
+
+@dataclass(frozen=True)
+class Proposal:
+    """The statement an approver is about to sign, and what they are shown about it."""
+
+    statement: dict[str, Any]
+    existing: Approval | None  # another approver's open statement of the same spend
+    passes: list[PassSpend]
+    fingerprint: str | None  # the records' (to key the approver's journal); None: not read
+
+
+def propose(
+    ledger: PrivacyLedger,
+    product: str,
+    config: Path,
+    data: Path,
+    *,
+    coterminous: Path | None = None,
+    note: str = "",
+    valid_days: int = 7,
+) -> Proposal:
+    """The spend of ``config`` (and its spec and coterminous files) on the records in ``data``:
+    the open statement of exactly that spend, or a new one. Refuses an ``Infinity`` budget and
+    a spend above the ceiling."""
+    sealed, plan = sealed_spend(product, config, data, coterminous)
+    info = ledger.require_intact()
+    fingerprint = records_fingerprint(product, data)
+    dataset = ledger.dataset_id(fingerprint)
+    passes, ceiling, chain, existing = ledger.plan_spend(
+        product, dataset, sealed.digest, plan.definition, plan.pass_totals()
+    )
+    if existing is not None:
+        return Proposal(existing.statement, existing, passes, fingerprint)
+    statement = approval_statement(
+        ledger_id=info.ledger_id,
+        charter=chain.in_force,
+        product=product,
+        dataset=dataset,
+        parameters={"digest": sealed.digest, "files": sealed.hashes()},
+        definition=plan.definition,
+        passes=passes,
+        ceiling=ceiling,
+        note=note,
+        requested_by=f"das ledger approve by {who()}",
+        valid_days=valid_days,
+    )
+    return Proposal(statement, None, passes, fingerprint)
+
+
+def sign_proposal(ledger: PrivacyLedger, proposal: Proposal, key: Path | None) -> Approval:
+    """Sign the statement with ``key`` (an approver's OpenSSH key, or its ``.pub`` when the
+    private half is in ssh-agent) and record it: a signature added to the open statement, or
+    the new statement with it. Without ``key`` (a ledger with no charter) the statement is
+    recorded unsigned."""
+    from das.signing import canonical_json
+    from das.signing.sshsig import sign
+
+    if key is None:
+        return ledger.record_approval(proposal.statement)
+    signature = sign(canonical_json(proposal.statement), APPROVAL_NAMESPACE, key)
+    if proposal.existing is not None:
+        return ledger.sign_approval(proposal.existing.approval_id, signature)
+    return ledger.record_approval(proposal.statement, [signature])
