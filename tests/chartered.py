@@ -8,10 +8,10 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 import pytest
-from das.signing import PublicKey, generate_key
 
 from das.cli import main as das_main
 from das.runs.ledger import LedgerStore, PrivacyLedger
+from das.signing import PublicKey, generate_key
 
 
 @dataclass

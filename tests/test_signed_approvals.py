@@ -209,7 +209,9 @@ def test_4_das_production_with_a_ledger_without_a_charter_is_refused(
     assert das_main(["ledger", "init", "--ledger", str(plain)]) == 0
     monkeypatch.setenv("DAS_PRODUCTION", "1")
     monkeypatch.setenv("DAS_LEDGER_DIR", str(plain))
-    monkeypatch.setenv("DAS_LEDGER_ID", PrivacyLedger(LedgerStore.in_directory(plain)).info().ledger_id)
+    monkeypatch.setenv(
+        "DAS_LEDGER_ID", PrivacyLedger(LedgerStore.in_directory(plain)).info().ledger_id
+    )
     capsys.readouterr()
     assert _run(_params(tmp_path), _data(tmp_path), tmp_path / "out") == 2
     assert "has no charter" in capsys.readouterr().err
