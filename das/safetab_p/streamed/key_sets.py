@@ -108,6 +108,7 @@ def level_spaces(
 def level_space(
     config: SafeTabPConfig, specs: RaceEthnicitySpecs, work: WorkFolder, partition: str
 ) -> LevelSpace:
+    """The key set of one level by its partition name: a task gets a name, not the object."""
     pass_name = partition.split("/", 1)[0]
     geography = load_geography(work, pass_name)
     spaces = [] if geography is None else level_spaces(config, specs, geography)

@@ -30,6 +30,7 @@ PIECE_ROWS = 4_000_000  # spilled records processed at once
 
 
 def pass_of_state(state: int) -> str:
+    """The pass whose geography holds a state: Puerto Rico (72) is tabulated on its own."""
     return "PR" if state == 72 else "US"
 
 
@@ -72,10 +73,12 @@ def local_entities(
 
 
 def parts_folder(work: WorkFolder, space: LevelSpace) -> Path:
+    """Where the per-state steps leave a level's parts for its combine step."""
     return work.level(space.partition) / "parts"
 
 
 def part_states(folder: Path, kind: str) -> list[int]:
+    """The states with a ``KIND-SS.npy`` part, ascending: the order a combine step joins."""
     return sorted(int(p.name[len(kind) + 1 : -4]) for p in folder.glob(f"{kind}-*.npy"))
 
 
@@ -95,6 +98,7 @@ class Piece:
 
 
 def record_pieces(work: WorkFolder, state: int, codec: CombinationCodec) -> Iterator[Piece]:
+    """A state's spill, :data:`PIECE_ROWS` records at a time: memory bounded by the piece."""
     spill = work.spill(state)
     rows = spill.rows()
     for start in range(0, rows, PIECE_ROWS):
