@@ -43,13 +43,13 @@ from das.runs.records import read_records_locally  # noqa: E402
 from das.runs.release import RunLease  # noqa: E402
 from das.safetab_p.parameters import SafeTabPParameters  # noqa: E402
 from das.safetab_p.spill import (  # noqa: E402
+    PASSES,
     WorkFolder,
     load_geography,
     prepare_geography,
     spill_persons,
 )
 from das.safetab_p.streamed import (  # noqa: E402
-    PASSES,
     combine_cells,
     combine_totals,
     count_state_cells,

@@ -14,6 +14,7 @@ from __future__ import annotations
 import functools
 import json
 import os
+import sys
 import time
 from pathlib import Path
 from typing import Any
@@ -69,7 +70,10 @@ def _logged_work(module: Any, function: str, label: Any) -> None:
         return original(*args, **kwargs)
 
     work.logged = True
-    setattr(module, function, work)
+    # Replaced in the package's face and in the module that defines it: a pickled reference
+    # names the defining module (``__module__``), an import of the task module the face.
+    for home in {module, sys.modules[original.__module__]}:
+        setattr(home, function, work)
 
 
 NoiseStore.noise_for = _logged_draws(NoiseStore.noise_for)

@@ -23,6 +23,7 @@ from das.runs.noise_store import NoiseStore, seeded_streams
 from das.safetab_p.engine import run_safetab_p, write_release
 from das.safetab_p.iterations import code_positions
 from das.safetab_p.spill import CombinationCodec
+from das.safetab_p.streamed import key_sets, state_records
 from das.specs.config import SafeTabPConfig, load_safetab_p_config
 from das.specs.race_specs import load_race_specs
 from das.synth import generate_safetab_p
@@ -108,8 +109,8 @@ def demo_data(tmp_path_factory: pytest.TempPathFactory) -> Path:
 def test_streamed_release_is_byte_identical_on_demo_data(
     demo_data: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    monkeypatch.setattr(streamed, "PIECE_ROWS", 4_000)  # many pieces per state
-    monkeypatch.setattr(streamed, "CHUNK_GROUPS", 700)  # many chunks per level
+    monkeypatch.setattr(state_records, "PIECE_ROWS", 4_000)  # many pieces per state
+    monkeypatch.setattr(key_sets, "CHUNK_GROUPS", 700)  # many chunks per level
     config = load_safetab_p_config(demo_data / "config.json")
     # low thresholds: many groups get a sex × age breakdown (the cells path)
     config = config.model_copy(
