@@ -27,10 +27,14 @@ from das.runs.ledger import (
     parse_total,
     release_anchor_problems,
 )
+from das.runs.ledger.approvals import APPROVAL_NAMESPACE, approval_statement
 from das.runs.policy import Remedy, RunRefused
+from das.signing import canonical_json, generate_key
+from das.signing.sshsig import sign
 
 US = {"US": Fraction("4.944")}
 CONFIG = "c" * 64
+SEAL = "s" * 64
 
 
 @pytest.fixture(params=["sqlite", "postgresql"])
@@ -46,9 +50,40 @@ def store(request: pytest.FixtureRequest, tmp_path: Path) -> LedgerStore:
     return store
 
 
+APPROVER: dict[str, Path] = {}  # ledger location -> its approver's key file
+
+
 @pytest.fixture
-def ledger(store: LedgerStore) -> PrivacyLedger:
+def ledger(store: LedgerStore, tmp_path: Path) -> PrivacyLedger:
+    """A chartered (production) ledger: one approver, quorum 1."""
+    return chartered(store, tmp_path)
+
+
+@pytest.fixture
+def plain(store: LedgerStore) -> PrivacyLedger:
+    """A ledger without a charter: outside production."""
     return PrivacyLedger.initialize(store)
+
+
+def chartered(store: LedgerStore, tmp_path: Path, quorum: int = 1) -> PrivacyLedger:
+    import uuid
+
+    from das.runs.ledger.charter import CHARTER_NAMESPACE, charter_statement
+    from das.runs.ledger.ledger import ledger_ceilings
+
+    approver = tmp_path / "keys" / "approver"
+    approver.parent.mkdir(exist_ok=True)
+    key = generate_key(approver, "approver")
+    runner = generate_key(tmp_path / "keys" / "runner", "runner")
+    ledger_id = str(uuid.uuid4())
+    statement = charter_statement(
+        ledger_id=ledger_id, approvers=[key], quorum=quorum, runners=[runner],
+        ceilings=ledger_ceilings(None), previous=None,
+    )  # fmt: skip
+    signature = sign(canonical_json(statement), CHARTER_NAMESPACE, approver)
+    ledger = PrivacyLedger.initialize(store, ledger_id=ledger_id, charter=(statement, signature))
+    APPROVER[ledger.location] = approver
+    return ledger
 
 
 def opening(run_id: str, budgets=None, *, output: str | None = None, definition: str = "zcdp",
@@ -59,7 +94,7 @@ def opening(run_id: str, budgets=None, *, output: str | None = None, definition:
         product=product,
         output=output or f"/releases/{run_id}",
         config_sha256=CONFIG,
-        seal="s" * 64,
+        seal=SEAL,
         definition=definition,
         budgets=US if budgets is None else budgets,
         seed_mode=seed_mode,
@@ -68,14 +103,18 @@ def opening(run_id: str, budgets=None, *, output: str | None = None, definition:
 
 
 def approve(ledger: PrivacyLedger, dataset: str, budgets=None, definition: str = "zcdp"):
-    return ledger.approve(
-        product="safetab-p",
-        dataset=dataset,
-        config_sha256=CONFIG,
-        definition=definition,
-        budgets=US if budgets is None else budgets,
-        note="test",
-    )
+    """An approval of the spend as an approver makes it: the statement, signed by the
+    ledger's approver when it has a charter (unsigned without one)."""
+    budgets = US if budgets is None else budgets
+    passes, ceiling, chain, _ = ledger.plan_spend("safetab-p", dataset, SEAL, definition, budgets)
+    statement = approval_statement(
+        ledger_id=ledger.info().ledger_id, charter=chain.in_force, product="safetab-p",
+        dataset=dataset, parameters={"digest": SEAL, "files": {}}, definition=definition,
+        passes=passes, ceiling=ceiling, note="test", requested_by="test",
+    )  # fmt: skip
+    key = APPROVER.get(ledger.location) if chain.chartered else None
+    signatures = [] if key is None else [sign(canonical_json(statement), APPROVAL_NAMESPACE, key)]
+    return ledger.record_approval(statement, signatures)
 
 
 def test_decimal_text_is_exact_and_parse_total_inverts_it() -> None:
@@ -127,7 +166,11 @@ def test_production_never_creates_a_ledger_and_refuses_a_missing_or_emptied_one(
         open_ledger()
     assert not folder.exists()  # nothing created
     store = LedgerStore.in_directory(folder)
-    ledger_id = PrivacyLedger.initialize(store).info().ledger_id
+    PrivacyLedger.initialize(store)
+    with pytest.raises(LedgerRefused, match="has no charter, and DAS_PRODUCTION asks"):
+        open_ledger()  # production spends only under approvers' signatures
+    store.path.unlink()
+    ledger_id = chartered(store, tmp_path).info().ledger_id
     with pytest.raises(LedgerRefused, match=f"DAS_LEDGER_ID is required.*={ledger_id}"):
         open_ledger()  # production pins the ledger it spends against
     monkeypatch.setenv("DAS_LEDGER_ID", ledger_id)
@@ -170,8 +213,9 @@ def test_a_pinned_ledger_id_refuses_another_ledger(
 
 
 def test_a_run_id_is_bound_to_its_output_parameters_and_randomness(
-    ledger: PrivacyLedger,
+    plain: PrivacyLedger,
 ) -> None:
+    ledger = plain
     assert ledger.open_run(opening("r")).attempt == 1
     assert ledger.open_run(opening("r")).attempt == 2  # a resume
     for other, changed in (
@@ -195,9 +239,9 @@ def test_production_spends_only_what_a_person_approved_for_that_dataset(
     assert [p.cumulative for p in refused.value.passes] == [Fraction("4.944")]
     assert "ceiling 10" in str(refused.value)
     approval = approve(ledger, data)
-    assert approval["passes"]["US"]["cumulative"] == "618/125"  # 4.944
+    assert approval.passes["US"]["cumulative"] == "618/125"  # 4.944
     assert [p.prior for p in ledger.authorize("a", data, production=True)] == [0]
-    assert ledger.run("a").approval == approval["approval_id"]
+    assert ledger.run("a").approval == approval.approval_id
     # The approval is used: a second run on the same records needs its own.
     ledger.open_run(opening("b"))
     with pytest.raises(ApprovalRequired, match=re.escape("earlier 4.944 + this run 4.944")):
@@ -207,7 +251,7 @@ def test_production_spends_only_what_a_person_approved_for_that_dataset(
     with pytest.raises(ApprovalRequired):
         ledger.authorize("b", data, production=True)
     second = approve(ledger, data)
-    assert second["passes"]["US"]["prior"] == "618/125"
+    assert second.passes["US"]["prior"] == "618/125"
     passes = ledger.authorize("b", data, production=True)
     assert passes[0].cumulative == Fraction("9.888") and passes[0].prior_runs == ("a",)
     assert ledger.totals(data) == {"US": {"zcdp": "9.888"}}
@@ -226,9 +270,10 @@ def test_an_approval_given_before_another_spend_no_longer_covers_the_new_total(
         ledger.authorize("b", data, production=True)  # 9.888 > the 4.944 approved
 
 
-def test_nothing_passes_the_ceiling_neither_an_approval_nor_a_run(ledger: PrivacyLedger) -> None:
+def test_nothing_passes_the_ceiling_neither_an_approval_nor_a_run(plain: PrivacyLedger) -> None:
+    ledger = plain
     data = ledger.dataset_id("f" * 64)
-    with pytest.raises(CeilingExceeded, match="ceiling is rho 10"):
+    with pytest.raises(CeilingExceeded, match="ceiling of rho 10"):
         approve(ledger, data, {"US": Fraction(11)})
     with pytest.raises(CeilingExceeded):
         approve(ledger, data, {"US": Fraction(10) ** 300})
@@ -237,7 +282,7 @@ def test_nothing_passes_the_ceiling_neither_an_approval_nor_a_run(ledger: Privac
     approve(ledger, data, {"US": Fraction(6)})
     ledger.open_run(opening("big", {"US": Fraction(6)}))
     ledger.authorize("big", data, production=False)
-    with pytest.raises(CeilingExceeded, match="ceiling is rho 10"):
+    with pytest.raises(CeilingExceeded, match="ceiling of rho 10"):
         approve(ledger, data, {"US": Fraction(6)})  # 6 spent: another 6 would make 12
     # Outside production too: a private run's cumulative total stays under the ceiling.
     ledger.open_run(opening("more", {"US": Fraction(5)}))
@@ -246,12 +291,20 @@ def test_nothing_passes_the_ceiling_neither_an_approval_nor_a_run(ledger: Privac
 
 
 def test_outside_production_a_further_spend_needs_the_exact_cumulative_total(
-    ledger: PrivacyLedger,
+    plain: PrivacyLedger,
 ) -> None:
+    ledger = plain
     data = ledger.dataset_id("f" * 64)
     for run_id in ("a", "b"):
         ledger.open_run(opening(run_id))
     ledger.authorize("a", data, production=False)  # the first spend needs nothing
+    with pytest.raises(CumulativeSpendRequired) as refused:
+        ledger.authorize("b", data, production=False)
+    # run a holds its spend but never published: resuming it, not a second spend, is the way
+    assert "run a (safetab-p, authorized" in str(refused.value)
+    assert "--run-id a" in refused.value.explained("cli")
+    assert "--cumulative-total" not in refused.value.explained("cli")
+    _publish(ledger, "a")
     with pytest.raises(CumulativeSpendRequired) as refused:
         ledger.authorize("b", data, production=False)
     assert refused.value.explained("cli").endswith("--cumulative-total US=9.888")
@@ -263,7 +316,8 @@ def test_outside_production_a_further_spend_needs_the_exact_cumulative_total(
     ledger.authorize("b", data, production=False, accepted={"US": Fraction("9.888")})
 
 
-def test_pure_dp_and_zcdp_spends_compose_exactly(ledger: PrivacyLedger) -> None:
+def test_pure_dp_and_zcdp_spends_compose_exactly(plain: PrivacyLedger) -> None:
+    ledger = plain
     data = ledger.dataset_id("f" * 64)
     ledger.open_run(opening("pure", {"US": Fraction(2)}, definition="puredp"))
     ledger.authorize("pure", data, production=False)
@@ -276,7 +330,8 @@ def test_pure_dp_and_zcdp_spends_compose_exactly(ledger: PrivacyLedger) -> None:
         ledger.authorize("p2", data, production=False, accepted={"US": float("inf")})
 
 
-def test_an_infinity_run_leaves_no_room_for_a_private_release(ledger: PrivacyLedger) -> None:
+def test_an_infinity_run_leaves_no_room_for_a_private_release(plain: PrivacyLedger) -> None:
+    ledger = plain
     data = ledger.dataset_id("f" * 64)
     ledger.open_run(opening("exact", {"US": float("inf")}, markers=("NOT-PRIVATE",)))
     ledger.authorize("exact", data, production=False)  # golden tests: allowed, marked
@@ -297,13 +352,14 @@ def test_a_run_that_never_drew_returns_its_spend_one_that_drew_never_does(
     assert ledger.run("a").status == "released" and ledger.totals(data) == {}
     ledger.open_run(opening("b"))
     ledger.authorize("b", data, production=True)  # the approval came back
-    assert ledger.run("b").approval == approval["approval_id"]
+    assert ledger.run("b").approval == approval.approval_id
     ledger.start_drawing("b", 1)
     assert not ledger.release_reservation("b", "crash")  # it may have drawn
     assert ledger.run("b").status == "drawing" and ledger.totals(data) == {"US": {"zcdp": "4.944"}}
 
 
-def test_a_run_bound_to_one_dataset_cannot_resume_on_other_records(ledger: PrivacyLedger) -> None:
+def test_a_run_bound_to_one_dataset_cannot_resume_on_other_records(plain: PrivacyLedger) -> None:
+    ledger = plain
     data = ledger.dataset_id("f" * 64)
     ledger.open_run(opening("a"))
     ledger.authorize("a", data, production=False)
@@ -313,7 +369,8 @@ def test_a_run_bound_to_one_dataset_cannot_resume_on_other_records(ledger: Priva
         ledger.authorize("a", ledger.dataset_id("e" * 64), production=False)
 
 
-def test_dataset_ids_are_keyed_by_the_ledger(tmp_path: Path, ledger: PrivacyLedger) -> None:
+def test_dataset_ids_are_keyed_by_the_ledger(tmp_path: Path, plain: PrivacyLedger) -> None:
+    ledger = plain
     other = PrivacyLedger.initialize(LedgerStore.in_directory(tmp_path / "other"))
     assert ledger.dataset_id("f" * 64) == ledger.dataset_id("f" * 64)
     assert ledger.dataset_id("f" * 64) != other.dataset_id("f" * 64)
@@ -324,8 +381,9 @@ def test_dataset_ids_are_keyed_by_the_ledger(tmp_path: Path, ledger: PrivacyLedg
 
 
 def test_draws_are_charged_then_recorded_once_by_the_current_attempt_only(
-    ledger: PrivacyLedger,
+    plain: PrivacyLedger,
 ) -> None:
+    ledger = plain
     data = ledger.dataset_id("f" * 64)
     ledger.open_run(opening("a"))
     ledger.authorize("a", data, production=False)
@@ -345,10 +403,11 @@ def test_draws_are_charged_then_recorded_once_by_the_current_attempt_only(
 
 
 def test_a_run_seals_one_release_a_resume_may_publish_only_that_again(
-    ledger: PrivacyLedger,
+    plain: PrivacyLedger,
 ) -> None:
     """The same noise on other counts releases their difference: once a run sealed its
     release, other content is refused, the same content gets the same entry back."""
+    ledger = plain
     data = ledger.dataset_id("f" * 64)
     ledger.open_run(opening("a"))
     ledger.authorize("a", data, production=False)
@@ -369,6 +428,13 @@ def _sql(store: LedgerStore, statement: str) -> None:
     """What a hostile operator with the database's credentials does, behind the ledger."""
     with store.engine.begin() as db:
         db.exec_driver_sql(statement)
+
+
+def _publish(ledger: PrivacyLedger, run_id: str) -> None:
+    """As a run that drew and published its release."""
+    ledger.start_drawing(run_id, 1)
+    ledger.seal_release(run_id, "c" * 64)
+    ledger.complete(run_id, "m" * 64, f"/releases/{run_id}")
 
 
 def _spent_ledger(ledger: PrivacyLedger) -> str:

@@ -173,11 +173,12 @@ def test_every_release_draw_goes_through_the_block_sampler(
         m.mechanism, 1000, seeded_rng(3)).__next__())  # fmt: skip
 
 
-def test_run_folder_layout_and_ids(tmp_path: Path) -> None:
+def test_run_folder_layout_and_ids(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("DAS_STATE_DIR", str(tmp_path / "state"))
     folder = RunFolder(tmp_path / "out", "abc").create()
     assert folder.noise_dir.is_dir() and folder.accountants_dir.is_dir()
-    # Run state lives beside the release, never inside it.
-    assert folder.root == tmp_path / "out.das" / "runs" / "abc" and folder.exists()
+    # Run state lives under the state root, never inside (nor beside) the release.
+    assert folder.root == tmp_path / "state" / "runs" / "abc" and folder.exists()
     assert folder.staging_dir == tmp_path / "out.das" / "staging" / "abc"
     assert not (tmp_path / "out").exists()
     assert safe_name("US/USA/1/stage-1") == "US__USA__1__stage-1"
