@@ -42,11 +42,10 @@ AUTH_USER = "das-e2e"
 CHANGES = {"POST", "PUT", "PATCH", "DELETE"}  # the methods the server's CSRF check covers
 
 
-def run_folders(output: Path) -> list[Path]:
-    """The run folders (noise, ledger, validation, run.log) of the runs released into
-    ``output``: ``OUT.das/runs/<run-id>/``, beside the release (das.runs.folder)."""
-    runs = output.parent / f"{output.name}.das" / "runs"
-    return sorted(path for path in runs.glob("*") if path.is_dir())
+def run_folder(root: Path, run_id: str) -> Path:
+    """The run folder (noise, accountants, validation, run.log) of a deployment run: under the
+    deployments' state root, ``<das_root>/state/runs/<run-id>/`` (das.runs.folder)."""
+    return root / "state" / "runs" / run_id
 
 
 def free_port() -> int:

@@ -13,14 +13,16 @@ import contextlib
 import hashlib
 import json
 import os
+import re
 import signal
+import subprocess
 import time
 from pathlib import Path
 
 import httpx
 import psutil
 import pytest
-from prefect_stack import AUTH_USER, VENV_BIN, PrefectStack, epoch, run_folders, write_secret
+from prefect_stack import AUTH_USER, VENV_BIN, PrefectStack, epoch, run_folder, write_secret
 
 from das.prefect_auth import basic_authorization
 from das.runs.ledger import LedgerStore, PrivacyLedger
@@ -100,14 +102,14 @@ def test_trigger_to_first_measure_task(
     assert seconds > 0
 
 
-def _noise_files(output: Path) -> dict[Path, tuple[str, int, int]]:
-    """Every persisted noise vector: path → (SHA-256, inode, mtime): a replaced file shows."""
+def _noise_files(stack: PrefectStack, run_id: str) -> dict[Path, tuple[str, int, int]]:
+    """Every persisted noise vector of a run: path → (SHA-256, inode, mtime): a replaced file
+    shows."""
     files = {}
-    for folder in run_folders(output):
-        for path in sorted((folder / "noise").glob("*.npy")):
-            stat = path.stat()
-            files[path] = (hashlib.sha256(path.read_bytes()).hexdigest(), stat.st_ino,
-                           stat.st_mtime_ns)  # fmt: skip
+    for path in sorted((run_folder(stack.root, run_id) / "noise").glob("*.npy")):
+        stat = path.stat()
+        files[path] = (hashlib.sha256(path.read_bytes()).hexdigest(), stat.st_ino,
+                       stat.st_mtime_ns)  # fmt: skip
     return files
 
 
@@ -142,7 +144,7 @@ def test_killed_run_retried_from_the_ui_resumes_without_redraw(
     run = stack.trigger(SAFETAB, {"output": str(killed_out), **seeded}, killed_env)
     process = _flow_process(stack, run)
     deadline = time.monotonic() + 600
-    while not _noise_files(killed_out):  # the first draw is persisted: the run is mid-measure
+    while not _noise_files(stack, run):  # the first draw is persisted: the run is mid-measure
         assert stack.state(run) not in {"COMPLETED", "FAILED", "CRASHED"}, stack.state(run)
         assert time.monotonic() < deadline, "no noise drawn within 10 minutes"
         time.sleep(0.05)
@@ -156,7 +158,7 @@ def test_killed_run_retried_from_the_ui_resumes_without_redraw(
     for orphan in alive:  # started by our worker: stop them before failing
         orphan.kill()
     assert not alive, f"{len(alive)} Dask process(es) of the killed flow process outlived it"
-    drawn = _noise_files(killed_out)
+    drawn = _noise_files(stack, run)
     assert drawn
     # What the ledger recorded at the kill is what a resume may reuse. A file written in the
     # instant before its record (the kill came as the first files appeared) is not: it is
@@ -174,7 +176,7 @@ def test_killed_run_retried_from_the_ui_resumes_without_redraw(
     released, reference = _release(killed_out), _release(clean_out)
     assert "t1/t1.txt" in reference and "t2/t2.txt" in reference
     assert released == reference  # byte for byte
-    after = _noise_files(killed_out)
+    after = _noise_files(stack, run)
     assert {path: after.get(path) for path in drawn} == drawn  # no persisted draw replaced
 
     assert "attempt-2" in stack.flow_run(run)["tags"]  # the run list shows the resume
@@ -201,35 +203,55 @@ def _paused(stack: PrefectStack, flow_run_id: str, timeout: float = 600) -> dict
 TERMINAL_STATES = {"COMPLETED", "FAILED", "CRASHED", "CANCELLED"}
 
 
-def test_a_second_release_pauses_for_approval_and_the_ledger_records_every_decision(
+def test_a_second_release_waits_for_signatures_and_the_ledger_records_every_decision(
     prefect_stack: PrefectStack, first_runs: dict[str, str]
 ) -> None:
-    """The first release of each product spent the approval `das deploy --local` recorded. A
-    second one pauses, showing the planned and cumulative spend; *Resume* with approve records
-    the approval in the ledger and the run draws; *Resume* without it ends it Refused. The
-    production ledger then holds one completed run per release and nothing spent by the
-    refusal."""
+    """The first release of each product spent the approval `das deploy --local` signed. A
+    second one asks for an approval and pauses: the run's page shows the planned spend, the
+    statement to sign, who may sign and how. *Resume* with a typed decision and no signature
+    approves nothing (the run pauses again); a signature made with plain `ssh-keygen -Y sign`
+    and pasted into the form lets it draw; *Resume* with reject ends a run Refused, recorded
+    with who (as typed) and why. The ledger then holds one completed run per release and
+    nothing spent by the refusal."""
+    import base64
+
     stack = prefect_stack
     approved = stack.trigger(SAFETAB)
     rejected = stack.trigger("phsafe/phsafe-us")
     run = _paused(stack, approved)
     assert run["state"]["name"] == "Paused"
+    assert "awaiting-approval" in run["tags"]  # the run list says who waits for an approver
     keyset = run["state"]["state_details"]["run_input_keyset"]
     description = stack.request("GET", f"/flow_runs/{approved}/input/{keyset['description']}")
-    assert "earlier runs" in description and "ceiling" in description
-    assert "| US | ρ (zCDP) |" in description
-    stack.resume_as_the_ui_does(
-        approved, {"approve": True, "approver": "release manager", "note": "second release"}
-    )
+    assert "**0 of 1**" in description and "ssh-keygen -Y sign -n das-approval" in description
+    assert "| US |" in description and "Who may sign" in description
+    waiting = artifact_keys(stack, approved)["safetab-p-approval"]
+    assert "0 of 1" in waiting["description"]
+    # A typed decision is no approval: the run pauses again, nothing drawn.
+    stack.resume_as_the_ui_does(approved, {"decision": "approve", "name": "Chief Privacy Officer"})
+    run = _paused(stack, approved)
+    assert run["state"]["name"] == "Paused"
+    # The approver signs the statement with OpenSSH alone and pastes the signature.
+    encoded = re.search(r"echo (\S+) \| base64 -d", description).group(1)
+    statement = stack.root / "statement.json"
+    statement.write_bytes(base64.b64decode(encoded))
+    approver = stack.root / "keys" / "local-approver"
+    subprocess.run(["ssh-keygen", "-q", "-Y", "sign", "-n", "das-approval", "-f", str(approver),
+                    str(statement)], check=True, capture_output=True)  # fmt: skip
+    signature = Path(str(statement) + ".sig").read_text()
+    stack.resume_as_the_ui_does(approved, {"decision": "approve", "signature": signature})
     assert stack.wait(approved) == "COMPLETED", stack.log_tail("worker")
+    assert "awaiting-approval" not in stack.flow_run(approved)["tags"]
 
     _paused(stack, rejected)
-    stack.resume_as_the_ui_does(rejected, {"approve": False, "approver": "release manager"})
+    stack.resume_as_the_ui_does(
+        rejected, {"decision": "reject", "name": "release manager", "reason": "not this week"}
+    )
     assert stack.wait(rejected) == "CANCELLED"
     final = stack.flow_run(rejected)["state"]
     assert final["name"] == "Refused" and "rejected" in final["message"]
     refusal = artifact_keys(stack, rejected)["phsafe-refused"]
-    assert "Nothing was drawn" in refusal["data"]
+    assert "Nothing was drawn" in refusal["data"] or "nothing was drawn" in refusal["data"]
 
     ledger = stack.ledger()
     assert ledger.verify() == []
@@ -240,15 +262,26 @@ def test_a_second_release_pauses_for_approval_and_the_ledger_records_every_decis
     releases = [first_runs[SAFETAB], first_runs["phsafe/phsafe-us"], approved]
     assert all(runs[r].status == "completed" for r in releases)
     assert not runs[rejected].counting and not runs[rejected].draws
-    via = sorted(a["via"].split(",")[0] for a in ledger.approvals())
-    assert via.count("Prefect UI") == 1 and "das ledger approve" in via
-    (ui,) = [a for a in ledger.approvals() if a["via"].startswith("Prefect UI")]
-    assert ui["by"] == "release manager" and ui["used_by"] == approved
+    approvals = {a["approval_id"]: a for a in ledger.approvals()}
+    used = [a for a in approvals.values() if a["used_by"] == approved]
+    assert len(used) == 1 and used[0]["agreed"] and len(used[0]["signed_by"]) == 1
+    assert used[0]["statement"]["run_id"] == approved  # the run's own request
+    rejections = [a["rejection"] for a in approvals.values() if a["rejection"]]
+    assert rejections and rejections[0]["by"] == "release manager"
+    assert rejections[0]["reason"] == "not this week"
     release = stack.root / "safetab-p" / "releases" / approved
     audit = json.loads((release / "audit.json").read_text())
     assert [p["prior"] for p in audit["privacy_ledger"]["passes"]] == [
         p["this_run"] for p in audit["privacy_ledger"]["passes"]
     ]  # the second release's earlier spend is the first one's
+    # Proven outside the enclave with the approver's public key alone.
+    trusted = stack.root / "trusted.pub"
+    trusted.write_text((stack.root / "keys" / "local-approver.pub").read_text())
+    done = subprocess.run([str(VENV_BIN / "das"), "release", "verify",
+                           str(release), "--trusted-keys", str(trusted)],
+                          capture_output=True, text=True, env={"PATH": "/usr/bin:/bin"},
+                          timeout=120)  # fmt: skip
+    assert done.returncode == 0 and "PROVEN" in done.stdout, done.stdout + done.stderr
 
 
 def test_a_crashed_run_is_told_apart_from_a_refused_one(

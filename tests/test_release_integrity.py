@@ -31,6 +31,7 @@ from das.offline import configure_offline
 
 configure_offline()
 
+from chartered import Chartered, make_chartered  # noqa: E402
 from prefect.client.orchestration import get_client  # noqa: E402
 from prefect.client.schemas.filters import (  # noqa: E402
     ArtifactFilter,
@@ -104,14 +105,14 @@ def _audit(output: Path) -> dict:
     return json.loads((output / "audit.json").read_text())
 
 
+CHARTERS: dict[str, Chartered] = {}  # DAS_LEDGER_DIR -> its approvers
+
+
 def _production(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
-    """Production mode with an initialized ledger; the ledger folder."""
-    ledger = tmp_path / "ledger"
-    assert das_main(["ledger", "init", "--ledger", str(ledger)]) == 0
-    monkeypatch.setenv("DAS_PRODUCTION", "1")
-    monkeypatch.setenv("DAS_LEDGER_DIR", str(ledger))
-    monkeypatch.setenv("DAS_LEDGER_ID", _ledger_id(ledger))
-    return ledger
+    """Production mode with a chartered ledger (one approver, quorum 1); the ledger folder."""
+    chartered = make_chartered(tmp_path, monkeypatch)
+    CHARTERS[str(chartered.ledger)] = chartered
+    return chartered.ledger
 
 
 def _ledger_id(folder: Path) -> str:
@@ -119,8 +120,8 @@ def _ledger_id(folder: Path) -> str:
 
 
 def _approve(config: Path, data: Path, product: str = "safetab-p") -> None:
-    argv = ["ledger", "approve", "--product", product, "--config", str(config), "--data"]
-    assert das_main([*argv, str(data), "--note", "test"]) == 0
+    """The spend approved by the production ledger's approver (signed)."""
+    CHARTERS[os.environ["DAS_LEDGER_DIR"]].approve(config, data, product)
 
 
 def _ledger() -> PrivacyLedger:
