@@ -19,6 +19,7 @@ COMMAND_MODULES = (
     "run",
     "ledger",
     "release",
+    "runs",
     "coterminous",
     "swap",
     "demo",

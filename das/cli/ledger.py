@@ -179,14 +179,15 @@ def _reporting_faults(handler: Any) -> Any:
         command = args.ledger_command + (
             f" {args.charter_command}" if args.ledger_command == "charter" else ""
         )
+        prefix = "das" if command.startswith("runs") else "das ledger"
         try:
             return int(handler(args))
         except LedgerUnavailable as exc:
-            return _fail(command, str(exc), EXIT_INFRASTRUCTURE)
+            return _fail(command, str(exc), EXIT_INFRASTRUCTURE, prefix)
         except (RunRefused, SigningError, ValueError, InputFormatError, OSError) as exc:
             if isinstance(exc, RunRefused):
-                return _fail(command, exc.explained("cli"))
-            return _fail(command, str(exc))
+                return _fail(command, exc.explained("cli"), prefix=prefix)
+            return _fail(command, str(exc), prefix=prefix)
 
     return run
 
@@ -246,8 +247,8 @@ def _ledger(args: argparse.Namespace) -> Any:
     return PrivacyLedger(_store(args))
 
 
-def _fail(command: str, message: str, code: int = EXIT_REFUSED) -> int:
-    print(f"das ledger {command}: {message}", file=sys.stderr)
+def _fail(command: str, message: str, code: int = EXIT_REFUSED, prefix: str = "das ledger") -> int:
+    print(f"{prefix} {command}: {message}", file=sys.stderr)
     return code
 
 

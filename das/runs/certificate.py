@@ -48,10 +48,24 @@ def release_files(folder: Path) -> dict[str, str]:
     }
 
 
-def certify(staging: Path, predicate: Mapping[str, Any], key: Path) -> str:
-    """Sign the release being built in ``staging`` (every file there is a subject) and write
-    its certificate beside the MANIFEST; the certificate's SHA-256."""
-    envelope = sign_envelope(statement(release_files(staging), PREDICATE_TYPE, predicate), key)
+def certify(
+    staging: Path, predicate: Mapping[str, Any], key: Path, manifest: Mapping[str, Any]
+) -> str:
+    """Sign the release being built in ``staging`` and write its certificate beside the
+    MANIFEST; the certificate's SHA-256. Its subjects are the files the MANIFEST lists (their
+    digests taken from it: at national scale the tables are not read a second time) and the
+    MANIFEST itself; a file in staging that the MANIFEST does not list is refused."""
+    listed = {name: str(item["sha256"]) for name, item in manifest.get("files", {}).items()}
+    present = {
+        path.relative_to(staging).as_posix()
+        for path in staging.rglob("*")
+        if path.is_file() or path.is_symlink()
+    }
+    stray = sorted(present - set(listed) - {MANIFEST, CERTIFICATE})
+    if stray:
+        raise RuntimeError(f"files in the release the MANIFEST does not list: {stray[:5]}")
+    subjects = {**listed, MANIFEST: file_sha256(staging / MANIFEST)}
+    envelope = sign_envelope(statement(subjects, PREDICATE_TYPE, predicate), key)
     atomic_write_text(staging / CERTIFICATE, json.dumps(envelope, indent=1) + "\n")
     return file_sha256(staging / CERTIFICATE)
 

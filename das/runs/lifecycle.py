@@ -42,6 +42,7 @@ from das.privacy.accounting import PrivacyAccountant
 from das.privacy.mechanisms import Budget
 from das.runs.audit import AuditRecorder, md_escape
 from das.runs.certificate import certify
+from das.runs.cleanup import forget_records
 from das.runs.faults import InfrastructureFault, explain, resume_hint
 from das.runs.folder import RunFolder
 from das.runs.ledger import (
@@ -305,6 +306,7 @@ class ReleaseRun:
                 "dataset": dataset,
                 "passes": [item.to_dict() for item in passes],
                 "approval": (self.ledger.run(self.run_id) or self.state).approval,
+                **self.ledger.spend_summary(self.run_id),
             },
             inputs={
                 name: {"path": str(path), "id": files.get(name)}
@@ -428,7 +430,7 @@ class ReleaseRun:
             "spend": [item.exact() for item in self.passes],
             "code_version": self.audit.record.get("code_version"),
         }
-        certify(staging, predicate, self.check.run_key)
+        certify(staging, predicate, self.check.run_key, manifest)
 
     def _release_artifact(self, result: Mapping[str, Any]) -> None:
         """Where the release is and what it is, on the run's page: the release folder, its
@@ -585,6 +587,10 @@ def release_run(
                 with contextlib.suppress(Exception):  # the ledger may be what failed
                     if not run.drawing:
                         ledger.release_reservation(run_id, type(exc).__name__)
+                    after = ledger.run(run_id)
+                    if after is not None and not after.counting:
+                        # it never drew: nothing resumes from its copy of the records
+                        forget_records(folder.root)
                     ledger.record_failure(
                         run_id, state.attempt, type(exc).__name__,
                         str(exc) if isinstance(exc, RunRefused) else None,

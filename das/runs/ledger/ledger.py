@@ -612,6 +612,18 @@ class PrivacyLedger:
         needed = 0 if chain.in_force is None else chain.in_force.quorum
         return found[0].agreed(chain), sorted(signers, key=lambda k: k.fingerprint), needed
 
+    def spend_summary(self, run_id: str) -> dict[str, Any]:
+        """What a run's audit says of its spend's authority: production or not, the charter
+        it was made under, who signed its approval (key fingerprints)."""
+        with self.store.transaction() as db:
+            found = db.entries(run_id=run_id, kinds=("spend-authorized",))
+        data = found[0].payload if found else {}
+        return {
+            "production": bool(data.get("production")),
+            "charter": data.get("charter"),
+            "approved_by": list(data.get("approved_by") or []),
+        }
+
     def spend_proof(self, run_id: str) -> dict[str, Any]:
         """What a release's certificate carries of its run's spend: the charter chain up to
         the charter the spend was authorized under, the approval it used (statement and
