@@ -19,6 +19,7 @@ import subprocess
 import sys
 import threading
 import time
+from dataclasses import replace
 from pathlib import Path
 
 import numpy as np
@@ -119,9 +120,10 @@ def _ledger_id(folder: Path) -> str:
     return PrivacyLedger(LedgerStore.in_directory(folder)).info().ledger_id
 
 
-def _approve(config: Path, data: Path, product: str = "safetab-p") -> None:
-    """The spend approved by the production ledger's approver (signed)."""
-    CHARTERS[os.environ["DAS_LEDGER_DIR"]].approve(config, data, product)
+def _approve(config: Path, data: Path, product: str = "safetab-p", *extra: str) -> None:
+    """The spend approved (signed) by the approver of the ledger DAS_LEDGER_DIR names."""
+    where = os.environ["DAS_LEDGER_DIR"]
+    replace(CHARTERS[where], ledger=Path(where)).approve(config, data, product, None, *extra)
 
 
 def _ledger() -> PrivacyLedger:
@@ -198,7 +200,7 @@ def test_production_draws_only_under_an_approval_and_names_the_command(
     assert _run(config, data, tmp_path / "one") == 2
     err = capfd.readouterr().err
     assert time.monotonic() - started < 15  # refused before a Prefect API is started
-    command = re.search(r"Next step: (das ledger approve .*)$", err.strip()).group(1)
+    command = re.search(r"Next step: .*(das ledger approve .*)$", err.strip()).group(1)
     assert f"--config {config}" in command and f"--ledger {ledger}" in command
     assert "Traceback" not in err and count_samples == []
     assert not (tmp_path / "one.das").exists()  # no leftover lock folder
@@ -473,10 +475,20 @@ def test_a_new_emptied_or_swapped_ledger_is_refused_not_read_as_no_spend(
     assert _run(config, data, releases / "{run_id}", "--run-id", "r2") == 2
     assert "never creates one implicitly" in capfd.readouterr().err
     assert not (tmp_path / "ledgr").exists()
-    # A fresh ledger made for the occasion, with a fresh approval: not the pinned ledger ...
+    # A fresh ledger made for the occasion, without a charter: no production ledger at all ...
     monkeypatch.setenv("DAS_LEDGER_DIR", str(tmp_path / "fresh"))
     assert das_main(["ledger", "init", "--ledger", str(tmp_path / "fresh")]) == 0
-    _approve(config, data)
+    assert _run(config, data, releases / "{run_id}", "--run-id", "r2") == 2
+    assert "has no charter" in capfd.readouterr().err
+    # ... and one chartered by the same approvers (who were told it is a second ledger): not
+    # the pinned ledger ...
+    shutil.rmtree(tmp_path / "fresh")
+    chartered = CHARTERS[str(ledger)]
+    assert das_main(["ledger", "init", "--ledger", str(tmp_path / "fresh"), "--approvers",
+                     str(chartered.public), "--quorum", "1", "--key",
+                     str(chartered.approvers[0]), "--new-history"]) == 0  # fmt: skip
+    CHARTERS[str(tmp_path / "fresh")] = chartered
+    _approve(config, data, "safetab-p", "--new-history")  # told: approved in another ledger
     assert _run(config, data, releases / "{run_id}", "--run-id", "r2") == 2
     assert "points at another ledger" in capfd.readouterr().err
     # ... and with the pin changed too, the release beside the output was recorded elsewhere.
@@ -544,6 +556,7 @@ def test_a_prefect_server_that_never_saw_the_ledger_vouches_for_nothing(
     refuses, outside production it is a notice, and verify fails."""
     import tasks.ledger_witness as witness
 
+    witness_recorded = witness._recorded
     ledger = _production(tmp_path, monkeypatch)
     config, data = _params(tmp_path, half=True), _data(tmp_path)
     _approve(config, data)
@@ -556,16 +569,27 @@ def test_a_prefect_server_that_never_saw_the_ledger_vouches_for_nothing(
     assert len(count_samples) == drawn and not (tmp_path / "second").exists()
     assert das_main(["ledger", "verify", "--ledger", str(ledger)]) == 1
     assert "holds no head of ledger" in capfd.readouterr().out
+    # DAS_PRODUCTION unset changes nothing: a chartered ledger is production by itself.
     monkeypatch.delenv("DAS_PRODUCTION")
-    assert _run(config, data, tmp_path / "third", "--cumulative-total", "US=6.27") == 0
-    (notice,) = _audit(tmp_path / "third")["privacy_ledger"]["notices"]
+    assert _run(config, data, tmp_path / "third", "--cumulative-total", "US=6.27") == 2
+    assert "refused under a chartered (production) ledger" in capfd.readouterr().err
+    # Outside production (a ledger without a charter) it is a notice, in the audit.
+    plain = tmp_path / "plain"
+    monkeypatch.setattr(witness, "_recorded", witness_recorded)
+    monkeypatch.setenv("DAS_LEDGER_DIR", str(plain))
+    monkeypatch.delenv("DAS_LEDGER_ID")
+    assert das_main(["ledger", "init", "--ledger", str(plain)]) == 0
+    assert _run(config, data, tmp_path / "elsewhere" / "fourth") == 0
+    monkeypatch.setattr(witness, "_recorded", lambda like: iter(()))  # the other server
+    fifth = tmp_path / "elsewhere" / "fifth"
+    assert _run(config, data, fifth, "--cumulative-total", "US=6.27") == 0
+    (notice,) = _audit(fifth)["privacy_ledger"]["notices"]
     assert "holds no head of ledger" in notice
     # A run outside production needs no approval: its audit and ledger entry say so.
     assert _audit(tmp_path / "first")["privacy_ledger"]["production"] is True
-    assert _audit(tmp_path / "third")["privacy_ledger"]["production"] is False
+    assert _audit(fifth)["privacy_ledger"]["production"] is False
     with _ledger().store.transaction() as db:
-        (entry,) = db.entries(run_id=_audit(tmp_path / "third")["run_id"],
-                              kinds=("spend-authorized",))  # fmt: skip
+        (entry,) = db.entries(run_id=_audit(fifth)["run_id"], kinds=("spend-authorized",))
     assert entry.payload["production"] is False
 
 
