@@ -23,6 +23,7 @@ COMMAND_MODULES = (
     "demo",
     "explore",
     "audit_privacy",
+    "layout",
     "deploy",
     "prefect_wrapper",
 )
