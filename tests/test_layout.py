@@ -22,6 +22,14 @@ from das.cli.deploy_layout import PRODUCTS, layout_problems, select_products
 from das.specs.race_specs import SPEC_FILES
 
 
+@pytest.fixture(autouse=True)
+def no_ledger_setting(monkeypatch: pytest.MonkeyPatch) -> None:
+    """The next command's ledger comes from these when set: here it is found or a
+    placeholder."""
+    for name in ("DAS_LEDGER_DIR", "DAS_LEDGER_URL"):
+        monkeypatch.delenv(name, raising=False)
+
+
 @pytest.fixture(scope="module")
 def sources(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Path]:
     """`das synth` folders as an operator has them, and a Puerto Rico config apart."""
@@ -145,7 +153,7 @@ def test_inputs_it_cannot_take_are_named_by_path(
 
 
 def test_files_in_the_root_are_replaced_only_when_asked(
-    tmp_path: Path, sources: dict[str, Path], capsys: pytest.CaptureFixture
+    tmp_path: Path, sources: dict[str, Path], capsys, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     root = tmp_path / "root"
     st = ["layout", "--root", str(root), "--safetab-p", str(sources["safetab-p"])]
@@ -160,13 +168,14 @@ def test_files_in_the_root_are_replaced_only_when_asked(
     assert f"{other} already in the root (--replace to replace)" in err
     assert f"{config} already in the root (--replace to replace)" in err
     assert other.read_text() == "an earlier GRF-C" and config.read_text() == "{}"
+    (root / "ledger").mkdir()  # where README's `das ledger init` puts the ledger
     assert das([*st, "--replace"]) == layout.EXIT_OK
     out = capsys.readouterr().out
     assert "GRF-C.txt" in out and "removing GRF-C.parquet" in out
     assert "replacing the file there" in out
     assert not other.exists() and layout_problems(root, select_products(["safetab-p"])) == []
-    # only SafeTab-P is in the root: the next command registers only it
-    assert out.splitlines()[-1].split("--products ")[-1] == "safetab-p"
+    # only SafeTab-P is in the root: the next command registers only it, with that ledger
+    assert out.splitlines()[-1].endswith(f"--ledger {root}/ledger --products safetab-p")
 
 
 def test_a_dry_run_makes_nothing_and_a_failed_copy_leaves_no_partial_file(

@@ -417,6 +417,8 @@ def next_command(root: Path, ready: Sequence[Product]) -> tuple[str, list[str]]:
         parts += ["--ledger-url", shlex.quote(os.environ[LEDGER_URL_ENV])]
     elif os.environ.get(LEDGER_ENV):
         parts += ["--ledger", shlex.quote(os.environ[LEDGER_ENV])]
+    elif (root / "ledger").is_dir():  # where the README's `das ledger init` puts it
+        parts += ["--ledger", shlex.quote(str(root / "ledger"))]
     else:
         parts += ["--ledger", "LEDGER_DIR"]
         notes.append(
