@@ -190,10 +190,10 @@ def duration_text(seconds: float) -> str:
 
 def estimate_text(seconds: float) -> str:
     """An estimate rounded up, as precise as it is: ``10s`` at least, tens of seconds below
-    two minutes, whole minutes above (``7m``, ``1h05m``)."""
+    two minutes (``1m40s``), whole minutes above (``7m``, ``1h05m``)."""
     tens = max(10, math.ceil(seconds / 10) * 10)
     if tens < 120:
-        return f"{tens}s"
+        return duration_text(tens)
     minutes = math.ceil(seconds / 60)
     hours, minutes = divmod(minutes, 60)
     return f"{hours}h{minutes:02d}m" if hours else f"{minutes}m"
