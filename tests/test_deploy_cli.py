@@ -59,3 +59,7 @@ def test_local_inputs_are_laid_out_as_the_deployments_expect(
     before = (safetab / "input" / "person-records.txt").stat().st_mtime_ns
     deploy.prepare_local_inputs(tmp_path)  # kept when present
     assert (safetab / "input" / "person-records.txt").stat().st_mtime_ns == before
+    (tmp_path / "swap" / "input" / "units.csv").unlink()  # one product incomplete: it alone
+    deploy.prepare_local_inputs(tmp_path)
+    assert layout_problems(tmp_path, PRODUCTS) == [] and not (tmp_path / ".synth").exists()
+    assert (safetab / "input" / "person-records.txt").stat().st_mtime_ns == before

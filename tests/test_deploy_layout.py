@@ -168,6 +168,7 @@ def test_an_empty_root_is_refused_and_nothing_registered(
     assert "nothing was registered" in err
     for relative in COMPLETE:
         assert f"  {tmp_path / relative}" in err
+    assert f"das layout --root {tmp_path} --safetab-p DIR --phsafe-us DIR" in err  # the way out
     assert prefect_calls == []
 
 

@@ -142,6 +142,11 @@ def test_operator_finds_the_run_its_artifacts_and_the_report(
     page.get_by_text("Artifacts", exact=True).first.click()
     page.get_by_text("safetab-p-audit").first.wait_for(timeout=30_000)
     page.screenshot(path=screenshots / "03-safetab-p-artifacts.png")
+    # The progress artifact's card draws its description's bar (tasks/progress.py), full.
+    bar = page.locator("progress").first
+    assert bar.get_attribute("value") == "100" and bar.is_visible()
+    bar.scroll_into_view_if_needed()
+    page.screenshot(path=screenshots / "12-progress-artifact.png")
 
     artifacts = {a["key"]: a for a in stack.artifacts(release["id"]) if a.get("key")}
     shots = {

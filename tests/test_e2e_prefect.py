@@ -315,6 +315,9 @@ def test_a_resumed_run_says_so_and_its_page_says_where_the_release_is(
     assert artifacts["safetab-p-progress"]["type"] == "progress"
     assert artifacts["safetab-p-progress"]["data"] == 100.0
     assert str(release) in artifacts["safetab-p-progress"]["description"]
+    assert artifacts["safetab-p-progress"]["description"].startswith(
+        '<progress value="100" max="100"></progress> 100% · published'
+    )
     page = artifacts["safetab-p-release"]["data"]
     assert str(release / "MANIFEST.json") in page and "das ledger verify" in page
     assert "a private release" in page

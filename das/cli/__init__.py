@@ -25,6 +25,7 @@ COMMAND_MODULES = (
     "demo",
     "explore",
     "audit_privacy",
+    "layout",
     "deploy",
     "prefect_wrapper",
 )

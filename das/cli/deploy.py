@@ -48,9 +48,11 @@ from typing import TYPE_CHECKING, Any
 
 from das.cli.arguments import resolved_path
 from das.cli.deploy_layout import (
+    PREFECT_FILE,
     PRODUCT_NAMES,
     PRODUCTS,
     Product,
+    checkout_root,
     deployment_names,
     layout_problems,
     select_products,
@@ -61,12 +63,10 @@ if TYPE_CHECKING:
     from das.runs.ledger import LedgerStore
 
 EXIT_OK, EXIT_FAILED, EXIT_USAGE = 0, 1, 2
-PREFECT_FILE = Path("deploy") / "prefect.yaml"
 WORK_POOL = "das-enclave"  # the work pool every deployment of deploy/prefect.yaml names
 LOCAL_ROOT = ".das-local"
 LOCAL_PERSONS = 20_000
 LOCAL_SEED = 2020
-SAFETAB_P_INPUTS = {"person-records", "GRF-C"}
 # Prefect variable → what it names (the deployments' paths; see deploy/prefect.yaml).
 VARIABLES = {
     "das_checkout": "the checkout on the worker hosts (with its .venv)",
@@ -133,17 +133,6 @@ def products_option(value: str) -> tuple[Product, ...]:
         raise argparse.ArgumentTypeError(str(exc)) from None
 
 
-def checkout_root() -> Path | None:
-    """The checkout holding ``deploy/prefect.yaml``: the working directory or one of its
-    parents, else the one this package was installed from (editable installs)."""
-    here = Path.cwd().resolve()
-    package_root = Path(__file__).resolve().parents[2]
-    for candidate in (here, *here.parents, package_root):
-        if (candidate / PREFECT_FILE).is_file():
-            return candidate
-    return None
-
-
 def prefect_command() -> list[str]:
     """The ``prefect`` command of this interpreter's environment (the project's virtualenv)."""
     script = Path(sys.executable).with_name("prefect")
@@ -190,6 +179,8 @@ def layout_refusal(root: Path, problems: list[str], products: Sequence[Product])
         *(f"  {problem}" for problem in problems),
         f"The layout: {PREFECT_FILE} (its first comment) and README, Run it in production. To "
         f"register only some products: --products {','.join(PRODUCT_NAMES)} (a subset).",
+        f"To build it from your files (`das synth` folders, the Census files): das layout "
+        f"--root {root} {' '.join(f'--{p.name} DIR' for p in products)} (das layout --help).",
     ]
     return "\n".join(lines)
 
@@ -210,32 +201,41 @@ def set_variable(name: str, value: str) -> int:
 
 
 def prepare_local_inputs(root: Path) -> None:
-    """Small synthetic inputs in the layout of ``deploy/prefect.yaml`` (kept when present)."""
+    """Small synthetic inputs in the layout of ``deploy/prefect.yaml``, for each product that
+    lacks them (a complete product is kept): `das synth` folders laid out by `das layout`'s
+    builder (hard links), the Puerto Rico pass from its own config."""
     from das.cli import main
+    from das.cli.layout import build_layout, plan_layout
 
+    missing = [product for product in PRODUCTS if layout_problems(root, [product])]
+    if not missing:
+        return
     seed = ["--persons", str(LOCAL_PERSONS), "--seed", str(LOCAL_SEED)]
-    safetab = root / "safetab-p"
-    if not (safetab / "params" / "config.json").is_file():
-        shutil.rmtree(safetab / "input", ignore_errors=True)
-        _checked(main(["synth", "safetab-p", "--output", str(safetab / "input"), *seed]))
-        params = safetab / "params"
-        params.mkdir(parents=True, exist_ok=True)
-        for path in (safetab / "input").iterdir():  # config.json and the four spec files
-            if path.stem not in SAFETAB_P_INPUTS:
-                path.replace(params / path.name)
+    synth = root / ".synth"  # removed below: the layout keeps its files by hard links
+    shutil.rmtree(synth, ignore_errors=True)
+    folders = {"safetab-p": "safetab-p", "phsafe-us": "phsafe-us", "phsafe-pr": "phsafe-pr",
+               "swap": "phsafe-us"}  # fmt: skip
+    needed = {folders[product.name] for product in missing}
+    if "safetab-p" in needed:
+        _checked(main(["synth", "safetab-p", "--output", str(synth / "safetab-p"), *seed]))
     for pass_name in ("us", "pr"):
-        folder = root / "phsafe" / pass_name
-        if (folder / "config.json").is_file():
+        if f"phsafe-{pass_name}" not in needed:
             continue
-        folder.mkdir(parents=True, exist_ok=True)
-        (folder / "config.json").write_text(json.dumps(local_phsafe_config(pass_name), indent=2))
-        shutil.rmtree(folder / "input", ignore_errors=True)
-        args = ["--config", str(folder / "config.json"), "--output", str(folder / "input")]
-        _checked(main(["synth", "phsafe", *args, *seed]))
-        (folder / "input" / "config.json").unlink(missing_ok=True)
-    swap_input = root / "swap" / "input"
-    if not swap_input.is_dir():
-        shutil.copytree(root / "phsafe" / "us" / "input", swap_input)
+        config = synth / f"phsafe-{pass_name}.json"
+        config.parent.mkdir(parents=True, exist_ok=True)
+        config.write_text(json.dumps(local_phsafe_config(pass_name), indent=2))
+        output = str(synth / f"phsafe-{pass_name}")
+        _checked(main(["synth", "phsafe", "--config", str(config), "--output", output, *seed]))
+    sources = {product: (synth / folders[product.name], None) for product in missing}
+    placements, problems = plan_layout(root, sources, link=True, replace=True)
+    try:
+        if problems:
+            raise LocalInputsFailed("laying out the local inputs: " + "; ".join(problems))
+        build_layout(placements)
+    except OSError as exc:
+        raise LocalInputsFailed(f"laying out the local inputs: {exc}") from exc
+    finally:
+        shutil.rmtree(synth, ignore_errors=True)
 
 
 def local_phsafe_config(pass_name: str) -> dict:
