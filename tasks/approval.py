@@ -39,6 +39,7 @@ from das.runs.audit import md_escape  # noqa: E402
 from das.runs.ledger import Approval, LedgerRefused, decimal_text  # noqa: E402
 from das.runs.ledger.approvals import APPROVAL_NAMESPACE  # noqa: E402
 from das.runs.policy import Remedy, RunRefused  # noqa: E402
+from das.runs.progress import paused  # noqa: E402
 from das.runs.typed_text import shown  # noqa: E402
 from tasks.artifacts import artifact_key  # noqa: E402
 from tasks.run_tags import WAITING, retag  # noqa: E402
@@ -220,10 +221,8 @@ def await_approval(run: ReleaseRun, request: Approval, flow_run_id: str | None) 
             "waiting for approval %s: %d of %d approvers' signatures in the ledger (the run's "
             "page shows the statement and how to sign)", request.approval_id, len(signers), needed,
         )  # fmt: skip
-        pausing = getattr(run.progress, "paused", None)  # the clock stops while waiting
-        paused = pausing("for approval") if pausing is not None else None
-        try:
-            with paused or contextlib.nullcontext(), _resume_when_agreed(run, request, flow_run_id):
+        try:  # the run's clock stops while it waits for a person
+            with paused(run.progress, "approval"), _resume_when_agreed(run, request, flow_run_id):
                 decision = pause_flow_run(
                     wait_for_input=SpendDecision.with_initial_data(
                         description=markdown, decision="approve"
