@@ -278,7 +278,8 @@ def test_a_piped_das_run_says_what_it_starts_and_prints_each_line_once(tmp_path:
     assert das_main(["synth", "safetab-p", "--output", str(data), "--persons", "500",
                      "--seed", "3"]) == 0  # fmt: skip
     base = {k: v for k, v in os.environ.items() if not k.startswith(("PREFECT_", "DAS_"))}
-    env = {**base, "DAS_TASK_RUNNER": "threads", "PREFECT_HOME": str(tmp_path / "prefect")}
+    env = {**base, "DAS_TASK_RUNNER": "threads", "PREFECT_HOME": str(tmp_path / "prefect"),
+           "DAS_STATE_DIR": str(tmp_path / "state")}  # fmt: skip
     argv = [sys.executable, "-m", "das", "run", "safetab-p", "--config",
             str(data / "config.json"), "--data", str(data), "--output", str(out), "--seed",
             "1", "--ledger", str(tmp_path / "ledger"), "--run-id", "piped"]  # fmt: skip
@@ -293,7 +294,7 @@ def test_a_piped_das_run_says_what_it_starts_and_prints_each_line_once(tmp_path:
     assert len({err[i] for i in progress}) == len(progress)  # each line once
     assert err[progress[-1]].startswith("das run safetab-p: progress 100%: done (elapsed ")
     assert "Finished in state" not in done.stderr and "Created task run" not in done.stderr
-    run_log = (tmp_path / "out.das" / "runs" / "piped" / "run.log").read_text()
+    run_log = (tmp_path / "state" / "runs" / "piped" / "run.log").read_text()
     assert "Finished in state Completed()" in run_log and "progress 100%: done" in run_log
 
 
