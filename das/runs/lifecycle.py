@@ -58,6 +58,7 @@ from das.runs.ledger import (
     parse_total,
 )
 from das.runs.ledger.approvals import approval_statement
+from das.runs.ledger.run_signatures import RunSigner
 from das.runs.noise_store import DrawLedger, describe_streams
 from das.runs.policy import Remedy, RunRefused, marker_banner
 from das.runs.progress import RunProgress
@@ -233,7 +234,12 @@ class ReleaseRun:
     @property
     def draws(self) -> DrawLedger:
         """What every noise store of this attempt answers to."""
-        return DrawLedger(self.ledger, self.run_id, self.state.attempt)
+        return DrawLedger(self.ledger, self.run_id, self.state.attempt, self.signer)
+
+    @property
+    def signer(self) -> RunSigner | None:
+        """The run key that signs the entries a resume trusts (its spend, its draws)."""
+        return None if self.check.run_key is None else RunSigner(self.check.run_key)
 
     def check_noise(self, files: Mapping[str, str]) -> None:
         """The noise files about to be read (or just read) are the ones the ledger recorded,
@@ -363,6 +369,7 @@ class ReleaseRun:
                 files=files,
                 input_stats=self.inputs.stats(),
                 remedy=remedy,
+                signer=self.signer,
             )
         except LedgerRefused as refusal:
             if "read other records" in str(refusal):

@@ -45,6 +45,7 @@ from das.runs.ledger.charter import (
 from das.runs.ledger.draws import DrawRecord
 from das.runs.ledger.errors import LedgerRefused
 from das.runs.ledger.identity import DATASET_TAG, NOISE_TAG, keyed_id, who
+from das.runs.ledger.run_signatures import RunSigner, entry_signer, unsigned
 from das.runs.ledger.state import (
     LEDGER_FORMAT,
     LedgerInfo,
@@ -139,6 +140,13 @@ def signature_problems(entries: Sequence[Entry]) -> list[str]:
                    if approval is not None else "no approval the ledger holds")
                 + ": no quorum approved it (forged?)"
             )  # fmt: skip
+    if chain.in_force is not None:
+        for entry in unsigned(entries, chain.runners):
+            if entry.seq > chain.since:
+                problems.append(
+                    f"entry {entry.seq} ({entry.kind} of run {entry.run_id}) is not signed by a "
+                    "run key of the charter: written around the pipeline (forged?)"
+                )
     return problems
 
 
@@ -383,9 +391,11 @@ class PrivacyLedger:
         files: Mapping[str, str] | None = None,
         input_stats: Mapping[str, Any] | None = None,
         remedy: Remedy | None = None,
+        signer: RunSigner | None = None,
     ) -> list[PassSpend]:
         """Bind the run to the dataset it read and count its spend, or refuse
-        (:func:`~das.runs.ledger.spending.authorize`)."""
+        (:func:`~das.runs.ledger.spending.authorize`); ``signer``: the run key that signs the
+        entry (:mod:`~das.runs.ledger.run_signatures`)."""
         with self.store.transaction(write=True) as db:
             return spending.authorize(
                 db,
@@ -398,6 +408,7 @@ class PrivacyLedger:
                 files=files,
                 input_stats=input_stats,
                 remedy=remedy,
+                signer=signer,
             )
 
     # -- the charter (:mod:`~das.runs.ledger.charter`) -----------------------------------------
@@ -635,6 +646,15 @@ class PrivacyLedger:
             entry = authorized[0]
             data = entry.payload
             chain = spending.charter_chain(db)
+            if (
+                chain.in_force is not None
+                and entry.seq > chain.since
+                and entry_signer(entry, chain.runners) is None
+            ):
+                raise LedgerRefused(
+                    f"run {run_id}'s authorization (entry {entry.seq}) is not signed by a "
+                    "run key of the charter: no certificate is made for it"
+                )
             charters = []
             for charter in chain.chain:
                 charters.append({"statement": charter.statement,
@@ -728,14 +748,39 @@ class PrivacyLedger:
             draws.charge_draw(db, run_id, attempt, name)
 
     def record_draw(
-        self, run_id: str, attempt: int, name: str, digest: str, size: int, file: str
+        self,
+        run_id: str,
+        attempt: int,
+        name: str,
+        digest: str,
+        size: int,
+        file: str,
+        signer: RunSigner | None = None,
     ) -> DrawRecord:
         """Record ``name``'s noise; the record that stands (another process's, if first)."""
         with self.store.transaction(write=True) as db:
-            return draws.record_draw(db, run_id, attempt, name, digest, size, file)
+            return draws.record_draw(db, run_id, attempt, name, digest, size, file, signer)
 
     def draws(self, run_id: str) -> dict[str, DrawRecord]:
-        return draws.recorded_draws(self.run(run_id))
+        """The draws the ledger recorded for a run. In a chartered ledger each record must be
+        signed by a run key of the charter: a record written by hand (a noise file of zeros
+        "already drawn") is refused, never reused."""
+        with self.store.transaction() as db:
+            chain = spending.charter_chain(db)
+            entries = db.entries(run_id=run_id)
+        if chain.in_force is not None:
+            forged = [
+                e for e in unsigned(entries, chain.runners)
+                if e.kind == "draw-recorded" and e.seq > chain.since
+            ]  # fmt: skip
+            if forged:
+                raise LedgerRefused(
+                    f"the ledger's record of {forged[0].payload.get('name')} drawn by run "
+                    f"{run_id} (entry {forged[0].seq}) is not signed by a run key of the "
+                    "charter: it was written around the pipeline (forged?). Its noise is never "
+                    "reused; `das ledger verify` names it"
+                )
+        return draws.recorded_draws(fold_run(entries))
 
     # -- the release (:mod:`~das.runs.ledger.anchors`) ------------------------------------------
 
