@@ -1,8 +1,8 @@
 """The Prefect UI of the e2e server in headless Chromium (Debian's ``chromium`` driven by
 Playwright; no browser download): the UI asks for the server's auth string and refuses a
 wrong one; logged in, the operator finds the release's flow run, its artifacts and the link to
-the validation report. Screenshots go to ``docs/screenshots/prefect/`` (or
-``$DAS_SCREENSHOTS``) for a person to look at.
+the validation report. Screenshots go to a temporary folder, or to ``docs/screenshots/prefect/``
+with ``DAS_REFRESH_SCREENSHOTS=1`` (or to ``$DAS_SCREENSHOTS``) for a person to look at.
 
 Run with ``pytest -m e2e`` (``.ci/e2e-prefect``), after the e2e runs of the same session.
 """
@@ -14,7 +14,7 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
-from prefect_stack import REPO, PrefectStack
+from prefect_stack import PrefectStack
 
 pytestmark = [pytest.mark.e2e, pytest.mark.slow]
 
@@ -34,8 +34,10 @@ TALL = {"width": 1600, "height": 2400}
 
 
 @pytest.fixture(scope="module")
-def screenshots() -> Path:
-    folder = Path(os.environ.get("DAS_SCREENSHOTS", REPO / "docs" / "screenshots" / "prefect"))
+def screenshots(screenshots_root: Path) -> Path:
+    """docs/screenshots/prefect/ with DAS_REFRESH_SCREENSHOTS=1 (or $DAS_SCREENSHOTS), else a
+    temporary folder (tests/conftest.py)."""
+    folder = Path(os.environ.get("DAS_SCREENSHOTS", screenshots_root / "prefect"))
     folder.mkdir(parents=True, exist_ok=True)
     return folder
 
