@@ -4,7 +4,8 @@ wrong one; logged in, the operator finds the release's flow run, its artifacts a
 the validation report. Screenshots go to a temporary folder, or to ``docs/screenshots/prefect/``
 with ``DAS_REFRESH_SCREENSHOTS=1`` (or to ``$DAS_SCREENSHOTS``) for a person to look at.
 
-Run with ``pytest -m e2e`` (``.ci/e2e-prefect``), after the e2e runs of the same session.
+Run with ``pytest -m e2e`` (``.ci/e2e-prefect``); each test makes the runs it looks at
+(session fixtures of ``prefect_stack.py``, shared with the other e2e tests of the session).
 """
 
 from __future__ import annotations
@@ -182,14 +183,13 @@ def test_operator_finds_the_run_its_artifacts_and_the_report(
 
 
 def test_the_run_list_tells_a_refused_run_from_a_crashed_one(
-    prefect_stack: PrefectStack, page, screenshots: Path
+    prefect_stack: PrefectStack, crashed_run: str, refused_run: str, page, screenshots: Path
 ) -> None:
-    """After the e2e runs: a refused (rejected approval) and a crashed (killed) run show in the
-    run list with their own state badges; the release run's page leads with its progress and
-    release artifacts."""
+    """A refused (rejected approval: ``refused_run``) and a crashed (killed: ``crashed_run``)
+    run show in the run list with their own state badges; the release run's page leads with
+    its progress and release artifacts."""
     stack = prefect_stack
-    body = {"flow_runs": {"state": {"name": {"any_": ["Crashed", "Refused"]}}}}
-    runs = {run["state"]["name"]: run for run in stack.request("POST", "/flow_runs/filter", body)}
+    runs = {run["state"]["name"]: run for run in map(stack.flow_run, (crashed_run, refused_run))}
     assert set(runs) == {"Crashed", "Refused"}, runs
     _open(page, f"{stack.ui_url}/runs", runs["Refused"]["name"])
     page.get_by_text(runs["Crashed"]["name"]).first.wait_for(timeout=60_000)

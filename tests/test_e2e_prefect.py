@@ -20,7 +20,16 @@ from pathlib import Path
 import httpx
 import psutil
 import pytest
-from prefect_stack import AUTH_USER, VENV_BIN, PrefectStack, epoch, run_folders, write_secret
+from prefect_stack import (
+    AUTH_USER,
+    VENV_BIN,
+    PrefectStack,
+    epoch,
+    flow_process,
+    paused,
+    run_folders,
+    write_secret,
+)
 
 from das.prefect_auth import basic_authorization
 from das.runs.ledger import LedgerStore, PrivacyLedger
@@ -122,16 +131,7 @@ def _release(output: Path) -> dict[str, bytes]:
     }
 
 
-def _flow_process(stack: PrefectStack, flow_run_id: str) -> psutil.Process:
-    deadline = time.monotonic() + 60
-    while time.monotonic() < deadline:
-        pid = stack.flow_run(flow_run_id).get("infrastructure_pid")
-        if pid:
-            return psutil.Process(int(str(pid).rsplit(":", 1)[-1]))
-        time.sleep(0.2)
-    raise TimeoutError("the worker never recorded the flow run's process id")
-
-
+@pytest.mark.any_database  # states and a retry through the API: .ci/e2e-postgres leaves it out
 def test_killed_run_retried_from_the_ui_resumes_without_redraw(
     prefect_stack: PrefectStack, first_runs: dict[str, str]
 ) -> None:
@@ -140,7 +140,7 @@ def test_killed_run_retried_from_the_ui_resumes_without_redraw(
     seeded = {"seed": 11}
     killed_env = outside_production(stack.base / "killed" / "ledger")
     run = stack.trigger(SAFETAB, {"output": str(killed_out), **seeded}, killed_env)
-    process = _flow_process(stack, run)
+    process = flow_process(stack, run)
     deadline = time.monotonic() + 600
     while not _noise_files(killed_out):  # the first draw is persisted: the run is mid-measure
         assert stack.state(run) not in {"COMPLETED", "FAILED", "CRASHED"}, stack.state(run)
@@ -191,28 +191,20 @@ def test_killed_run_retried_from_the_ui_resumes_without_redraw(
     assert recorded <= final and not ({path.name for path in drawn} - recorded) & final
 
 
-def _paused(stack: PrefectStack, flow_run_id: str, timeout: float = 600) -> dict:
-    """Wait until the run pauses for its spend approval; the run."""
-    state = stack.wait(flow_run_id, {"PAUSED", *TERMINAL_STATES}, timeout=timeout)
-    assert state == "PAUSED", (state, stack.log_tail("worker"))
-    return stack.flow_run(flow_run_id)
-
-
-TERMINAL_STATES = {"COMPLETED", "FAILED", "CRASHED", "CANCELLED"}
-
-
 def test_a_second_release_pauses_for_approval_and_the_ledger_records_every_decision(
-    prefect_stack: PrefectStack, first_runs: dict[str, str]
+    prefect_stack: PrefectStack, first_runs: dict[str, str], request: pytest.FixtureRequest
 ) -> None:
     """The first release of each product spent the approval `das deploy --local` recorded. A
     second one pauses, showing the planned and cumulative spend; *Resume* with approve records
-    the approval in the ledger and the run draws; *Resume* without it ends it Refused. The
-    production ledger then holds one completed run per release and nothing spent by the
-    refusal."""
+    the approval in the ledger and the run draws; *Resume* without it ends it Refused
+    (``refused_run``). The production ledger then holds one completed run per release and
+    nothing spent by the refusal."""
     stack = prefect_stack
     approved = stack.trigger(SAFETAB)
-    rejected = stack.trigger("phsafe/phsafe-us")
-    run = _paused(stack, approved)
+    # The refused run (the session's: made now, while this one starts, unless an earlier
+    # test made it already).
+    rejected = request.getfixturevalue("refused_run")
+    run = paused(stack, approved)
     assert run["state"]["name"] == "Paused"
     keyset = run["state"]["state_details"]["run_input_keyset"]
     description = stack.request("GET", f"/flow_runs/{approved}/input/{keyset['description']}")
@@ -223,9 +215,7 @@ def test_a_second_release_pauses_for_approval_and_the_ledger_records_every_decis
     )
     assert stack.wait(approved) == "COMPLETED", stack.log_tail("worker")
 
-    _paused(stack, rejected)
-    stack.resume_as_the_ui_does(rejected, {"approve": False, "approver": "release manager"})
-    assert stack.wait(rejected) == "CANCELLED"
+    assert stack.state(rejected) == "CANCELLED"
     final = stack.flow_run(rejected)["state"]
     assert final["name"] == "Refused" and "rejected" in final["message"]
     refusal = artifact_keys(stack, rejected)["phsafe-refused"]
@@ -251,22 +241,21 @@ def test_a_second_release_pauses_for_approval_and_the_ledger_records_every_decis
     ]  # the second release's earlier spend is the first one's
 
 
+@pytest.mark.any_database  # the worker's crash detection: .ci/e2e-postgres leaves it out
 def test_a_crashed_run_is_told_apart_from_a_refused_one(
-    prefect_stack: PrefectStack, first_runs: dict[str, str]
+    prefect_stack: PrefectStack, crashed_run: str, refused_run: str
 ) -> None:
-    """A flow process killed mid-run ends Crashed; a refusal ends Refused (Cancelled type):
-    the run list tells them apart at a glance (the browser test takes its picture)."""
+    """A flow process killed mid-run ends Crashed (``crashed_run``); a refusal ends Refused
+    (``refused_run``, Cancelled type): the run list tells them apart at a glance (the browser
+    test takes its picture)."""
     stack = prefect_stack
-    crashed = stack.trigger("phsafe/phsafe-pr")
-    process = _flow_process(stack, crashed)
-    stack.wait(crashed, {"RUNNING", *TERMINAL_STATES}, timeout=300)
-    killed_at = time.time()
-    os.kill(process.pid, signal.SIGKILL)
-    assert stack.wait(crashed, timeout=300) == "CRASHED"
-    stack.wait_for_worker_release(crashed, killed_at)
+    assert stack.flow_run(crashed_run)["state"]["type"] == "CRASHED"
+    assert stack.flow_run(refused_run)["state"]["type"] == "CANCELLED"
     body = {"flow_runs": {"state": {"name": {"any_": ["Crashed", "Refused"]}}}}
-    names = {run["state"]["name"] for run in stack.request("POST", "/flow_runs/filter", body)}
-    assert names == {"Crashed", "Refused"}
+    found = {
+        run["id"]: run["state"]["name"] for run in stack.request("POST", "/flow_runs/filter", body)
+    }
+    assert found == {crashed_run: "Crashed", refused_run: "Refused"}
 
 
 def test_a_resumed_run_says_so_and_its_page_says_where_the_release_is(
