@@ -28,9 +28,11 @@ Collection orders the tests fast, integration, e2e (stable within a tier), so a 
 
 from __future__ import annotations
 
+import atexit
 import contextlib
 import multiprocessing.util
 import os
+import shutil
 import subprocess
 import tempfile
 import traceback
@@ -40,7 +42,9 @@ import pytest
 
 from das.offline import configure_offline
 
-configure_offline(prefect_home=Path(tempfile.mkdtemp(prefix="das-test-prefect-")))
+PREFECT_HOME = Path(tempfile.mkdtemp(prefix="das-test-prefect-"))
+configure_offline(prefect_home=PREFECT_HOME)
+atexit.register(shutil.rmtree, PREFECT_HOME, ignore_errors=True)  # one per pytest process
 
 # One plugin module, hence one session-wide temporary Prefect server (a fixture imported into
 # several test modules would be a separate definition, and a separate server, in each).
