@@ -219,7 +219,8 @@ def fast_tier_starts_no_process(request: pytest.FixtureRequest, monkeypatch) -> 
 # fails and is reported while the run goes on. Default timeouts per tier (a test marked
 # @pytest.mark.timeout(N) keeps its own): they cover the test's fixtures too, the session's
 # Prefect harness or PostgreSQL included when a test is the first to ask for them.
-TIER_TIMEOUTS = {"fast": 300, "integration": 600, "e2e": 1200}
+# Integration's covers the first test's start of the Prefect harness (prefect_fixtures.py).
+TIER_TIMEOUTS = {"fast": 300, "integration": 900, "e2e": 1200}
 # Processes started from these files are the session's shared resources, not a test's own.
 SESSION_RESOURCES = {"pg_cluster.py", "prefect_fixtures.py", "prefect_stack.py"}
 
