@@ -1,10 +1,11 @@
 """The Prefect UI of the e2e server in headless Chromium (Debian's ``chromium`` driven by
 Playwright; no browser download): the UI asks for the server's auth string and refuses a
 wrong one; logged in, the operator finds the release's flow run, its artifacts and the link to
-the validation report. Screenshots go to ``docs/screenshots/prefect/`` (or
-``$DAS_SCREENSHOTS``) for a person to look at.
+the validation report. Screenshots go to a temporary folder, or to ``docs/screenshots/prefect/``
+with ``DAS_REFRESH_SCREENSHOTS=1`` (or to ``$DAS_SCREENSHOTS``) for a person to look at.
 
-Run with ``pytest -m e2e`` (``.ci/e2e-prefect``), after the e2e runs of the same session.
+Run with ``pytest -m e2e`` (``.ci/e2e-prefect``); each test makes the runs it looks at
+(session fixtures of ``prefect_stack.py``, shared with the other e2e tests of the session).
 """
 
 from __future__ import annotations
@@ -14,7 +15,7 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
-from prefect_stack import REPO, PrefectStack
+from prefect_stack import PrefectStack
 
 pytestmark = [pytest.mark.e2e, pytest.mark.slow]
 
@@ -34,8 +35,10 @@ TALL = {"width": 1600, "height": 2400}
 
 
 @pytest.fixture(scope="module")
-def screenshots() -> Path:
-    folder = Path(os.environ.get("DAS_SCREENSHOTS", REPO / "docs" / "screenshots" / "prefect"))
+def screenshots(screenshots_root: Path) -> Path:
+    """docs/screenshots/prefect/ with DAS_REFRESH_SCREENSHOTS=1 (or $DAS_SCREENSHOTS), else a
+    temporary folder (tests/conftest.py)."""
+    folder = Path(os.environ.get("DAS_SCREENSHOTS", screenshots_root / "prefect"))
     folder.mkdir(parents=True, exist_ok=True)
     return folder
 
@@ -185,14 +188,13 @@ def test_operator_finds_the_run_its_artifacts_and_the_report(
 
 
 def test_the_run_list_tells_a_refused_run_from_a_crashed_one(
-    prefect_stack: PrefectStack, page, screenshots: Path
+    prefect_stack: PrefectStack, crashed_run: str, refused_run: str, page, screenshots: Path
 ) -> None:
-    """After the e2e runs: a refused (rejected approval) and a crashed (killed) run show in the
-    run list with their own state badges; the release run's page leads with its progress and
-    release artifacts."""
+    """A refused (rejected approval: ``refused_run``) and a crashed (killed: ``crashed_run``)
+    run show in the run list with their own state badges; the release run's page leads with
+    its progress and release artifacts."""
     stack = prefect_stack
-    body = {"flow_runs": {"state": {"name": {"any_": ["Crashed", "Refused"]}}}}
-    runs = {run["state"]["name"]: run for run in stack.request("POST", "/flow_runs/filter", body)}
+    runs = {run["state"]["name"]: run for run in map(stack.flow_run, (crashed_run, refused_run))}
     assert set(runs) == {"Crashed", "Refused"}, runs
     _open(page, f"{stack.ui_url}/runs", runs["Refused"]["name"])
     page.get_by_text(runs["Crashed"]["name"]).first.wait_for(timeout=60_000)

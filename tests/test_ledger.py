@@ -539,6 +539,7 @@ def _open_in_process(environ: dict[str, str], start, results) -> None:
         results.put((type(exc).__name__, str(exc)))
 
 
+@pytest.mark.integration  # processes racing to create one ledger
 def test_runs_that_find_no_ledger_at_once_create_one_ledger_together(
     store: LedgerStore, tmp_path: Path
 ) -> None:
@@ -584,6 +585,7 @@ def _authorize_in_process(url: str, run_id: str, key: str, start, results) -> No
         results.put((run_id, "refused"))
 
 
+@pytest.mark.integration  # two processes racing for one approval
 def test_two_processes_authorizing_at_once_use_one_approval_once(
     store: LedgerStore, ledger: PrivacyLedger
 ) -> None:

@@ -113,6 +113,7 @@ def test_das_prefect_server_refuses_to_start_without_auth(
     assert "without authentication" in capsys.readouterr().err
 
 
+@pytest.mark.integration  # the real `das` console script and the `prefect` it starts
 def test_das_prefect_hands_the_auth_string_to_prefect(tmp_path: Path) -> None:
     """The secret reaches the `prefect` process through its environment (never argv)."""
     env = {k: v for k, v in os.environ.items() if not k.startswith("PREFECT_")}

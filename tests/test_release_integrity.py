@@ -753,14 +753,50 @@ def _das_process(*args: str, env_extra: dict[str, str] | None = None, patch: str
     )
 
 
-SLOW_MEASURE = """
-import time, tasks.safetab_p as t
+# A run that reaches its first measurement says so (a file named by its process id in the
+# folder DAS_TEST_GATE) and waits there until the test creates ``go``: the test holds one run
+# mid-measurement while the other meets it, so the two really overlap.
+GATED_MEASURE = """
+import os, pathlib, time, tasks.safetab_p as t
 _measure = t.measure_level_streamed
+_gate = pathlib.Path(os.environ["DAS_TEST_GATE"])
 def measure_level_streamed(*args, **kwargs):
-    time.sleep(1.0)
+    (_gate / f"measuring-{os.getpid()}").touch()
+    deadline = time.monotonic() + 300
+    while not (_gate / "go").exists():
+        if time.monotonic() > deadline:
+            raise RuntimeError("the test never opened the gate")
+        time.sleep(0.05)
     return _measure(*args, **kwargs)
 t.measure_level_streamed = measure_level_streamed
 """
+
+
+def _race(tmp_path: Path, *argvs: list[str]) -> tuple[list[subprocess.Popen], list[tuple]]:
+    """Start one ``das`` process per argv (GATED_MEASURE), wait until the first one ends, and
+    check that it ended while another was held mid-measurement (the overlap happened, and
+    the one that ended never measured); then open the gate. The processes (the one that ended
+    first last) and their (stdout, stderr)."""
+    gate = tmp_path / "gate"
+    gate.mkdir()
+    env = {"DAS_TEST_GATE": str(gate)}
+    processes = [_das_process(*argv, patch=GATED_MEASURE, env_extra=env) for argv in argvs]
+    try:
+        deadline = time.monotonic() + 300
+        while not (ended := [p for p in processes if p.poll() is not None]):
+            measuring = sorted(path.name for path in gate.glob("measuring-*"))
+            assert len(measuring) < 2, f"both runs reached their measurements: {measuring}"
+            assert time.monotonic() < deadline, "neither run ended while the other was held"
+            time.sleep(0.1)
+        (first,) = ended
+        (held,) = [p for p in processes if p is not first]
+        assert [path.name for path in gate.iterdir()] == [f"measuring-{held.pid}"]
+    finally:
+        (gate / "go").touch()
+    results = [p.communicate(timeout=300) for p in processes]
+    order = [processes.index(held), processes.index(first)]
+    return [processes[i] for i in order], [results[i] for i in order]
+
 
 # The tables are in the staging folder, the release not yet published: the kill lands there.
 SLOW_WRITE = """
@@ -780,15 +816,13 @@ def test_two_concurrent_runs_on_one_output_one_wins_and_one_spend_is_recorded(
     config, data, out = _params(tmp_path), _data(tmp_path), tmp_path / "out"
     common = ["run", "safetab-p", "--config", str(config), "--data", str(data), "--output",
               str(out), "--skip-validation"]  # fmt: skip
-    processes = [_das_process(*common, patch=SLOW_MEASURE) for _ in range(2)]
-    results = [p.communicate(timeout=300) for p in processes]
-    codes = sorted(p.returncode for p in processes)
-    assert codes == [0, 2], results
-    refused = next(err for (_, err), p in zip(results, processes, strict=True) if p.returncode)
+    (winner, loser), results = _race(tmp_path, common, common)
+    assert [winner.returncode, loser.returncode] == [0, 2], results
+    refused = results[1][1]
     assert "REFUSED" in refused and "Traceback" not in refused
-    # ... for the output (being written, or released if the other started late), not for the
-    # ledger both created at once (tests/test_ledger.py)
-    assert "another run is writing this output" in refused or "--replace-release" in refused
+    # ... while the other was writing the output (held mid-measurement), not for the ledger
+    # both created at once (tests/test_ledger.py)
+    assert "another run is writing this output" in refused, refused
     spent = [r for r in _ledger().runs() if r.counting]
     assert [r.status for r in spent] == ["completed"]
     assert json.loads((out / "MANIFEST.json").read_text())["run_id"] == spent[0].run_id
@@ -808,13 +842,14 @@ def test_two_runs_on_the_same_records_at_once_in_two_processes_spend_once(
         PrivacyLedger.initialize(ledger.store)
         monkeypatch.setenv("DAS_LEDGER_URL", url)
     config, data = _params(tmp_path), _data(tmp_path)
-    processes = [
-        _das_process("run", "safetab-p", "--config", str(config), "--data", str(data),
-                     "--output", str(tmp_path / name), "--skip-validation", patch=SLOW_MEASURE)
+    argvs = [
+        ["run", "safetab-p", "--config", str(config), "--data", str(data),
+         "--output", str(tmp_path / name), "--skip-validation"]
         for name in ("a", "b")
     ]  # fmt: skip
-    results = [p.communicate(timeout=300) for p in processes]
-    assert sorted(p.returncode for p in processes) == [0, 2], results
+    (winner, loser), results = _race(tmp_path, *argvs)
+    assert [winner.returncode, loser.returncode] == [0, 2], results
+    assert "REFUSED" in results[1][1] and "Traceback" not in results[1][1], results[1][1]
     ledger = _ledger()
     assert len([r for r in ledger.runs() if r.counting]) == 1 and ledger.verify() == []
     if store == "postgresql":

@@ -39,6 +39,7 @@ def _hold_lock(path: str, started, stop) -> None:
     lock.release()
 
 
+@pytest.mark.integration  # a lock held, then dropped, by another process
 def test_the_output_lock_refuses_a_second_run_and_dies_with_its_holder(tmp_path: Path) -> None:
     folder = RunFolder(tmp_path / "out", "a")
     context = multiprocessing.get_context("spawn")
