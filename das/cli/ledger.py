@@ -522,7 +522,7 @@ def _check_witness(ledger: Any, info: Any, production: bool) -> None:
 
 def _approve(args: argparse.Namespace) -> int:
     from das.runs.approver_journal import ApproverJournal
-    from das.runs.ledger.approvals import statement_text
+    from das.runs.ledger.approvals import statement_problems, statement_text
     from das.runs.typed_text import shown
     from das.spend_approval import Proposal, propose, records_fingerprint, sign_proposal
 
@@ -551,6 +551,13 @@ def _approve(args: argparse.Namespace) -> int:
             if ledger.dataset_id(fingerprint) != approval.dataset:
                 raise ValueError(f"approval {args.approval} is not about the records in "
                                  f"{args.data}")  # fmt: skip
+        problems = statement_problems(approval.statement)
+        if problems:
+            raise ValueError(
+                f"approval {args.approval} is not a statement this pipeline writes ("
+                + "; ".join(problems)
+                + "): it was written around the pipeline; nobody should sign it"
+            )
         proposal = Proposal(approval.statement, approval, [], fingerprint)
     else:
         missing = [f"--{n}" for n in ("product", "config", "data") if getattr(args, n) is None]
@@ -564,7 +571,11 @@ def _approve(args: argparse.Namespace) -> int:
     if not args.json:
         _say(statement_text(statement))
         if proposal.existing is not None and not args.approval:
-            _say("  (another approver started this statement: you sign the very same)")
+            _say(
+                "  you co-sign the statement another approver started (it says exactly what "
+                "yours would): its note and its validity, shown above, are theirs — your "
+                "--note and --valid-days are not used"
+            )
     key = None
     if args.key is not None:
         assert chain.in_force is not None

@@ -302,7 +302,7 @@ class ReleaseRun:
                 raise
             # A deployment run asks its approvers and waits (the host's pause): it goes on
             # only once a quorum's signatures are in the ledger.
-            self.host.await_approval(self, self.request_approval(refusal))
+            self.host.await_approval(self, self.request_approval(refusal, files))
             passes = self._authorize(dataset, files, accepted, remedy)
         self.passes = passes
         self.host.post_head(self.ledger.info(), f"after run {self.run_id} authorized its spend")
@@ -328,7 +328,11 @@ class ReleaseRun:
             )  # fmt: skip
         return passes
 
-    def request_approval(self, refusal: ApprovalRequired) -> Approval:
+    def _reference(self, files: Mapping[str, str]) -> dict[str, str]:
+        """The ids of the public files the run read (the GRF-C): an approval names them."""
+        return {name: files[name] for name in sorted(self.inputs.reference) if name in files}
+
+    def request_approval(self, refusal: ApprovalRequired, files: Mapping[str, str]) -> Approval:
         """The approval statement this run's approvers are asked to sign: the one it asked for
         in an earlier attempt when it is still open, else a new one in the ledger (unsigned:
         a request; signatures authorize, not the row)."""
@@ -350,6 +354,7 @@ class ReleaseRun:
             note=f"requested by run {self.run_id}",
             requested_by=f"flow run {self.host.flow_run_id()}",
             run_id=self.run_id,
+            reference=self._reference(files),
         )
         return self.ledger.record_approval(statement)
 
@@ -370,6 +375,7 @@ class ReleaseRun:
                 input_stats=self.inputs.stats(),
                 remedy=remedy,
                 signer=self.signer,
+                reference=self._reference(files),
             )
         except LedgerRefused as refusal:
             if "read other records" in str(refusal):
@@ -428,6 +434,7 @@ class ReleaseRun:
             "markers": list(self.markers),
             "ledger": {"id": self.info.ledger_id, "sealed_at": manifest.get("ledger")},
             "charters": proof["charters"],
+            "reference": proof["reference"],
             "approvals": proof["approvals"],
             "authorized_at": proof["authorized_at"],
             "production": proof["production"],

@@ -23,6 +23,7 @@ what did not become a spend: ``run-released`` (stopped before any draw), ``run-f
 
 from __future__ import annotations
 
+import datetime as dt
 import hashlib
 import secrets
 import uuid
@@ -127,19 +128,21 @@ def signature_problems(entries: Sequence[Entry]) -> list[str]:
                     f"({reason}) (forged?)"
                 )
     for entry in entries:
-        if entry.kind != "spend-authorized" or not entry.payload.get("production"):
-            continue
-        data = entry.payload
-        approval = approvals.get(str(data.get("approval")))
-        charter = None if approval is None else by_digest.get(str(approval.charter))
-        signed = 0 if approval is None else len(approval.signers(charter)[0])
-        if approval is None or charter is None or signed < charter.quorum:
+        statement = entry.payload.get("statement") if entry.kind == "approval" else None
+        if isinstance(statement, dict) and entry.dataset != statement.get("dataset"):
             problems.append(
-                f"run {entry.run_id} spent in production (entry {entry.seq}) under "
-                + (f"approval {approval.approval_id}, which {signed} approver(s) signed"
-                   if approval is not None else "no approval the ledger holds")
-                + ": no quorum approved it (forged?)"
-            )  # fmt: skip
+                f"entry {entry.seq} files approval {statement.get('approval_id')} under dataset "
+                f"{str(entry.dataset)[:16]}, its signed statement names "
+                f"{str(statement.get('dataset'))[:16]} (a copied row?)"
+            )
+    spent: dict[str, str] = {}
+    for entry in entries:
+        production = entry.payload.get("production") or (
+            chain.chartered and entry.seq > chain.since
+        )
+        if entry.kind != "spend-authorized" or not production:
+            continue
+        problems += _spend_problems(entry, approvals, by_digest, spent)
     if chain.in_force is not None:
         for entry in unsigned(entries, chain.runners):
             if entry.seq > chain.since:
@@ -147,6 +150,41 @@ def signature_problems(entries: Sequence[Entry]) -> list[str]:
                     f"entry {entry.seq} ({entry.kind} of run {entry.run_id}) is not signed by a "
                     "run key of the charter: written around the pipeline (forged?)"
                 )
+    return problems
+
+
+def _spend_problems(
+    entry: Entry,
+    approvals: Mapping[str, Approval],
+    charters: Mapping[str, Charter],
+    spent: dict[str, str],
+) -> list[str]:
+    """Why a production spend is not one a quorum approved: no agreed approval of its dataset,
+    expired or rejected before the spend, or one another run spent already."""
+    data = entry.payload
+    approval = approvals.get(str(data.get("approval")))
+    where = f"run {entry.run_id} spent in production (entry {entry.seq})"
+    if approval is None:
+        return [f"{where} under no approval the ledger holds (forged?)"]
+    charter = charters.get(str(approval.charter))
+    signed = len(approval.signers(charter)[0])
+    problems = []
+    if charter is None or signed < charter.quorum:
+        problems.append(f"{where} under approval {approval.approval_id}, which {signed} "
+                        "approver(s) signed: no quorum approved it (forged?)")  # fmt: skip
+    if approval.statement.get("dataset") != entry.dataset:
+        problems.append(f"{where} on other records than approval {approval.approval_id} names")
+    at = dt.datetime.fromisoformat(entry.at)
+    if approval.expired(at):
+        problems.append(f"{where} after approval {approval.approval_id} expired")
+    rejected = approval.rejection
+    if rejected is not None and str(rejected.get("at", "")) <= entry.at:
+        problems.append(f"{where} under approval {approval.approval_id}, rejected before")
+    other = spent.setdefault(approval.approval_id, str(entry.run_id))
+    if other != entry.run_id:
+        problems.append(
+            f"{where} under approval {approval.approval_id}, which run {other} spent already"
+        )
     return problems
 
 
@@ -392,6 +430,7 @@ class PrivacyLedger:
         input_stats: Mapping[str, Any] | None = None,
         remedy: Remedy | None = None,
         signer: RunSigner | None = None,
+        reference: Mapping[str, str] | None = None,
     ) -> list[PassSpend]:
         """Bind the run to the dataset it read and count its spend, or refuse
         (:func:`~das.runs.ledger.spending.authorize`); ``signer``: the run key that signs the
@@ -409,6 +448,7 @@ class PrivacyLedger:
                 input_stats=input_stats,
                 remedy=remedy,
                 signer=signer,
+                reference=reference,
             )
 
     # -- the charter (:mod:`~das.runs.ledger.charter`) -----------------------------------------
@@ -472,12 +512,19 @@ class PrivacyLedger:
     # -- approvals (:mod:`~das.runs.ledger.approvals`) -----------------------------------------
 
     def plan_spend(
-        self, product: str, dataset: str, parameters: str, definition: str,
+        self,
+        product: str,
+        dataset: str,
+        parameters: str,
+        definition: str,
         budgets: Mapping[str, Budget],
-    ) -> tuple[list[PassSpend], Fraction, CharterChain, Approval | None]:  # fmt: skip
+        reference: Mapping[str, str] | None = None,
+    ) -> tuple[list[PassSpend], Fraction, CharterChain, list[Approval]]:
         """What approving this spend would say — per pass the earlier, this-run and cumulative
-        totals, the ceiling, the charters — and the open statement of the same spend that
-        another approver started, if any. Refuses a spend above the ceiling."""
+        totals, the ceiling, the charters — and the open statements of this dataset under the
+        charter in force (unused, unrejected, unexpired), which an approver may co-sign when
+        one says exactly what they would (:func:`das.spend_approval.propose` decides). Refuses
+        an infinite budget and a spend above the ceiling."""
         infinite = sorted(name for name, b in budgets.items() if isinstance(b, float))
         if infinite:
             raise LedgerRefused(
@@ -493,6 +540,7 @@ class PrivacyLedger:
             ceiling = spending.ceilings(info, chain)[definition]
             spending.check_ceiling(passes, ceiling, dataset, counting, "cannot approve: ")
             used = spending.used_approvals(runs)
+            charter = None if chain.in_force is None else chain.in_force.digest
             open_ = [
                 a
                 for a in spending.dataset_approvals(db, dataset)
@@ -500,14 +548,9 @@ class PrivacyLedger:
                 and a.rejection is None
                 and not a.expired()
                 and a.statement.get("ledger_id") == info.ledger_id
-                and a.charter == (None if chain.in_force is None else chain.in_force.digest)
-                and a.covers(product, parameters, definition, passes)
-                and a.passes == {p.pass_name: {"prior": fraction_text(p.prior),
-                                              "this_run": fraction_text(p.this_run),
-                                              "cumulative": fraction_text(p.cumulative)}
-                                 for p in passes}
-            ]  # fmt: skip
-        return passes, ceiling, chain, (open_[0] if open_ else None)
+                and a.charter == charter
+            ]
+        return passes, ceiling, chain, open_
 
     def record_approval(
         self, statement: Mapping[str, Any], signatures: Sequence[str] = ()
@@ -670,6 +713,7 @@ class PrivacyLedger:
             )  # fmt: skip
         return {
             "charters": charters,
+            "reference": dict(data.get("reference") or {}),
             "approvals": [] if approval is None else [approval.record()],
             "authorized_at": entry.at,
             "production": bool(data.get("production")),
@@ -817,10 +861,14 @@ class PrivacyLedger:
         config_sha256: str,
         summary: Mapping[str, Any],
         run_id: str | None = None,
+        signer: RunSigner | None = None,
     ) -> None:
-        """A validation verdict of these records under this config (counts and check names)."""
+        """A validation verdict of these records under this config (counts and check names),
+        signed by ``signer``'s run key when there is one."""
         with self.store.transaction(write=True) as db:
-            validations.record_validation(db, product, dataset, config_sha256, summary, run_id)
+            validations.record_validation(
+                db, product, dataset, config_sha256, summary, run_id, signer
+            )
 
     def record_validation_of(
         self,
@@ -830,6 +878,7 @@ class PrivacyLedger:
         config_sha256: str,
         summary: Mapping[str, Any],
         run_id: str | None = None,
+        signer: RunSigner | None = None,
     ) -> str | None:
         """:meth:`record_validation` under the dataset id of the records validated (none when a
         confidential file was not read whole); the dataset id."""
@@ -839,13 +888,16 @@ class PrivacyLedger:
         dataset = None
         if names and all(name in fingerprints for name in names):
             dataset = self.dataset_id(combine_fingerprints({n: fingerprints[n] for n in names}))
-        self.record_validation(product, dataset, config_sha256, summary, run_id)
+        self.record_validation(product, dataset, config_sha256, summary, run_id, signer)
         return dataset
 
     def passing_validation(self, product: str, dataset: str, config_sha256: str) -> bool:
-        """Whether the latest validation of these records under this config passed."""
+        """Whether the latest validation of these records under this config passed (in a
+        chartered ledger: the latest one a run key of the charter signed)."""
         with self.store.transaction() as db:
-            return validations.passing_validation(db, product, dataset, config_sha256)
+            chain = spending.charter_chain(db)
+            runners = chain.runners if chain.in_force is not None else None
+            return validations.passing_validation(db, product, dataset, config_sha256, runners)
 
     # -- reading ---------------------------------------------------------------------------------
 

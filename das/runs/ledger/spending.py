@@ -194,6 +194,7 @@ def usable_approval(
     dataset: str,
     passes: Sequence[PassSpend],
     at: dt.datetime,
+    reference: Mapping[str, str] | None = None,
 ) -> Approval | None:
     """The oldest approval that allows this run's spend: agreed (a quorum's signatures under
     the charter in force; any, without a charter), of this ledger, this product, these sealed
@@ -206,6 +207,10 @@ def usable_approval(
             continue
         if approval.run_id not in (None, run.run_id):
             continue
+        if approval.statement.get("dataset") != dataset:
+            continue  # the statement names its records; the row's column is no authority
+        if (approval.statement.get("reference") or {}) != dict(reference or {}):
+            continue  # approved for other reference files (another GRF-C: other geography)
         if not approval.covers(run.product, str(run.binding["seal"]), run.definition, passes):
             continue
         if approval.agreed(chain):
@@ -226,6 +231,7 @@ def authorize(
     input_stats: Mapping[str, Any] | None,
     remedy: Remedy | None,
     signer: RunSigner | None = None,
+    reference: Mapping[str, str] | None = None,
 ) -> list[PassSpend]:
     """Bind the run to the dataset it read and count its spend, or refuse.
 
@@ -263,7 +269,9 @@ def authorize(
     ceiling = ceilings(info, chain)[state.definition]
     if not state.not_private:
         check_ceiling(passes, ceiling, dataset, counting)
-    approval = usable_approval(db, info, chain, state, dataset, passes, dt.datetime.now(dt.UTC))
+    approval = usable_approval(
+        db, info, chain, state, dataset, passes, dt.datetime.now(dt.UTC), reference
+    )
     accepted_text = None
     if approval is None:
         if production:
@@ -300,6 +308,7 @@ def authorize(
         "charter": None if chain.in_force is None else chain.in_force.digest,
         "accepted": accepted_text,
         "files": dict(files or {}),
+        "reference": dict(reference or {}),
         "input_stats": dict(input_stats or {}),
         "ceiling": fraction_text(ceiling),
         "production": production,  # a spend without approval shows why
