@@ -202,11 +202,11 @@ def test_only_what_the_run_wrote_is_published(tmp_path: Path) -> None:
     folder = RunFolder(tmp_path / "out", "a")
     stager = _stage(folder, "A|1\n")
     (stager.staging / "person-records.txt").write_text("secret|record\n")
-    with pytest.raises(RuntimeError, match="did not write .person-records.txt"):
+    with pytest.raises(RuntimeError, match=r"did not write .person-records\.txt"):
         stager.publish({"product": "p"}, {"t1/t1.txt": {"rows": 1}}, [])
     assert not (tmp_path / "out").exists()
     stager = _stage(RunFolder(tmp_path / "out", "b"), "A|1\n")
     written = {"t1/t1.txt": {"rows": 1, "sha256": "0" * 64}}  # not the bytes now in staging
-    with pytest.raises(RuntimeError, match="changed .* after the run wrote it"):
+    with pytest.raises(RuntimeError, match=r"changed .* after the run wrote it"):
         stager.publish({"product": "p"}, written, [])
     assert not (tmp_path / "out").exists()
