@@ -140,7 +140,9 @@ def test_1_a_forged_spend_entry_is_named_by_verify(
                   run_id="forged-run", dataset="d" * 64)  # fmt: skip
     capsys.readouterr()
     assert das_main(["ledger", "verify", "--ledger", str(production.ledger), "--no-prefect"]) == 1
-    assert "no quorum approved it (forged?)" in capsys.readouterr().out
+    shown = capsys.readouterr().out
+    assert "under no approval the ledger holds (forged?)" in shown, shown
+    assert "not signed by a run key of the charter" in shown
 
 
 def test_2_a_second_ledger_needs_the_approvers_and_they_are_told(
@@ -322,25 +324,27 @@ def test_a_held_budget_names_its_holder_and_release_returns_an_undrawn_one(
     production.approve(config, data)
     from das.spend_approval import propose
 
-    dataset = propose(ledger, "safetab-p", config, data).statement["dataset"]
+    statement = propose(ledger, "safetab-p", config, data).statement
+    dataset = statement["dataset"]
     from das.runs.ledger import RunOpening
+    from das.runs.ledger.run_signatures import RunSigner
 
-    opening = RunOpening("held-1", "safetab-p", str(tmp_path / "x"), "c", "s", "zcdp",
-                         {"US": 9, "PR": 1}, "secure", ())  # fmt: skip
+    from das.spend_approval import sealed_spend
+
+    sealed, plan = sealed_spend("safetab-p", config, data, None)
+    opening = RunOpening("held-1", "safetab-p", str(tmp_path / "x"), "c", sealed.digest,
+                         plan.definition, plan.pass_totals(), "secure", ())  # fmt: skip
     ledger.open_run(opening)
-    with ledger.store.transaction(write=True) as db:  # as a run killed after authorizing
-        from das.runs.ledger.amounts import PassSpend
-
-        passes = [PassSpend("US", "zcdp", 0, 9, 9, ()).exact()]
-        db.append("spend-authorized", {"passes": passes, "production": False}, run_id="held-1",
-                  dataset=dataset)  # fmt: skip
+    # as a run killed after its (approved, signed) authorization and before its first draw
+    ledger.authorize("held-1", dataset, production=True, signer=RunSigner(production.run_key),
+                     reference=statement.get("reference"))  # fmt: skip
     from tasks.ledger_witness import post_head
 
     post_head(ledger.info(), "after run held-1 authorized its spend")  # as the run would have
     capsys.readouterr()
     assert _run(config, data, tmp_path / "out") == 2
     err = capsys.readouterr().err
-    assert "run held-1" in err and "das ledger release --run-id held-1" in err
+    assert "run held-1" in err and "das ledger release --run-id held-1" in err, err
     assert das_main(["ledger", "release", "--ledger", str(production.ledger), "--run-id",
                      "held-1", "--reason", "killed before it drew"]) == 0  # fmt: skip
     assert _run(config, data, tmp_path / "out") == 0

@@ -768,6 +768,20 @@ class PrivacyLedger:
             for a in self.approvals()
         )
 
+    def approval_holders(self, product: str, parameters: str) -> list[spending.Holder]:
+        """The unfinished runs that used an approval of this product and these sealed
+        parameters, each with its way out: what a run refused for want of an open approval
+        tells the operator when a crashed run took it."""
+        used = {
+            a["used_by"]
+            for a in self.approvals()
+            if a["used_by"] is not None
+            and a["statement"]["product"] == product
+            and a["statement"]["parameters"]["digest"] == parameters
+        }
+        runs = [self.run(run_id) for run_id in sorted(used)]
+        return spending.holders(r for r in runs if r is not None)
+
     def totals(self, dataset: str) -> dict[str, dict[str, str]]:
         """Cumulative spend per pass of a dataset (:func:`~das.runs.ledger.spending.totals`)."""
         with self.store.transaction() as db:

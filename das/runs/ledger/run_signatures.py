@@ -42,7 +42,7 @@ class RunSigner:
     key: Path
 
     def sign(
-        self, kind: str, run_id: str, dataset: str | None, payload: Mapping[str, Any]
+        self, kind: str, run_id: str | None, dataset: str | None, payload: Mapping[str, Any]
     ) -> dict[str, Any]:
         """``payload`` with the run's signature of the entry added."""
         from das.signing.sshsig import sign

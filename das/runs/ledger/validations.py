@@ -38,7 +38,7 @@ def record_validation(
         "failed_checks": list(summary.get("failed_checks") or []),
         "by": who(),
     }
-    payload = detail if signer is None else signer.sign("validation", str(run_id), dataset, detail)
+    payload = detail if signer is None else signer.sign("validation", run_id, dataset, detail)
     db.append("validation", payload, run_id=run_id, dataset=dataset)
 
 
