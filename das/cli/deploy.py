@@ -21,7 +21,15 @@ engine never imports Prefect):
    and checks only their files; ``privacy-audit`` reads no input and is always registered;
 4. the process work pool the deployments name (``das-enclave``) is created when missing;
 5. ``prefect deploy --prefect-file deploy/prefect.yaml`` registers the deployments (``--all``,
-   or ``--name`` for each deployment of the products chosen).
+   or ``--name`` for each deployment of the products chosen), their runs beating every
+   ``DAS_HEARTBEAT_SECONDS`` (the variable ``das_heartbeat_seconds``);
+6. the automation that marks a run Crashed when its heartbeats stop for
+   ``DAS_CRASH_AFTER_SECONDS`` (a lost host) is created or made to match
+   (:mod:`flows.crash_detection`);
+7. what the server now holds is printed, with the ``das prefect ...`` commands that start a
+   worker and trigger each deployment. Prefect's own output is kept back (shown when a Prefect
+   command fails): its hints name the plain ``prefect`` command, which an authenticated
+   server refuses.
 
 Needs ``PREFECT_API_URL`` (the server the deployments go to) and, for a server with
 authentication, its auth string (``DAS_PREFECT_AUTH_FILE``, a file only its owner can read; or
