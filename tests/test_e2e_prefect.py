@@ -304,7 +304,8 @@ def lost_host(prefect_stack: PrefectStack) -> LostHost:
     das_output = folder / "das-run"
     das_run = subprocess.Popen(
         [str(VENV_BIN / "das"), "run", "phsafe", "--config", str(config / "config.json"),
-         "--data", str(config / "input"), "--output", str(das_output), "--seed", "5"],
+         "--data", str(config / "input"), "--output", str(das_output), "--seed", "5",
+         "--ledger", str(folder / "das-run-ledger")],  # its own: the spend it holds stays there
         cwd=stack.base, env=stack.env, stdout=(folder / "das-run.log").open("ab"),
         stderr=subprocess.STDOUT, start_new_session=True,
     )  # fmt: skip
