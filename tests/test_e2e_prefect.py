@@ -54,6 +54,101 @@ def artifact_keys(stack: PrefectStack, flow_run_id: str) -> dict[str, dict]:
     return {a["key"]: a for a in stack.artifacts(flow_run_id) if a.get("key")}
 
 
+@dataclass
+class LostHost:
+    """The runs of a host lost mid-measure (see :func:`lost_host`)."""
+
+    deployment_run: str  # a SafeTab-P deployment run: its worker and flow process killed
+    drawn: set[str]  # the noise files its ledger had recorded at the kill
+    ledger: PrivacyLedger  # its own (the run is outside production)
+    output: Path
+    killed_at: float  # epoch seconds
+    das_run: str  # a `das run phsafe` against the server, killed with SIGKILL
+    das_killed_at: float
+
+
+def _recorded_draws(ledger: PrivacyLedger, run: str) -> set[str]:
+    """The noise files the run's ledger records as drawn; none before the run created it (a
+    ledger opened here first would be an empty file, which the run refuses as truncated)."""
+    path = ledger.store.path
+    if path is None or not path.is_file() or path.stat().st_size == 0:
+        return set()
+    try:
+        return {record.file for record in ledger.draws(run).values()}
+    except Exception:  # the run not in it yet
+        return set()
+
+
+@pytest.fixture(scope="module")
+def lost_host(prefect_stack: PrefectStack) -> LostHost:
+    """A host lost mid-measure, both ways a run starts: a deployment run whose worker and then
+    flow process (with its Dask workers) are killed with SIGKILL once its ledger recorded a
+    draw, and a `das run` against the server killed with SIGKILL (its whole process group)
+    once it drew. Nothing is left to report either run's end; the worker is started again, as
+    an operator would, and knows nothing of the lost run. The tests that follow wait for the
+    server to notice."""
+    stack = prefect_stack
+    folder = stack.base / "lost-host"
+    folder.mkdir()
+    output = folder / "output"
+    ledger = PrivacyLedger(LedgerStore.in_directory(folder / "ledger"))
+    run = stack.trigger(SAFETAB, {"output": str(output)}, outside_production(folder / "ledger"))
+    config = stack.root / "phsafe" / "pr"
+    das_output = folder / "das-run"
+    das_run = subprocess.Popen(
+        [str(VENV_BIN / "das"), "run", "phsafe", "--config", str(config / "config.json"),
+         "--data", str(config / "input"), "--output", str(das_output), "--seed", "5",
+         "--ledger", str(folder / "das-run-ledger")],  # its own: the spend it holds stays there
+        cwd=stack.base, env=stack.env, stdout=(folder / "das-run.log").open("ab"),
+        stderr=subprocess.STDOUT, start_new_session=True,
+    )  # fmt: skip
+    try:
+        flow = _flow_process(stack, run)
+        worker = psutil.Process(stack.processes["worker"].pid)
+        deadline = time.monotonic() + 600
+        drawn: set[str] = set()
+        das_run_id: str | None = None
+        killed_at = das_killed_at = 0.0
+        while not drawn:
+            assert time.monotonic() < deadline, "no draw within 10 minutes"
+            assert stack.state(run) not in TERMINAL_STATES, stack.log_tail("worker")
+            if das_run_id is None:  # the `das run` first, then the host, the last thing here
+                folders = run_folders(das_output)
+                if folders and list((folders[0] / "noise").glob("*.npy")):
+                    os.killpg(das_run.pid, signal.SIGKILL)
+                    das_run_id, das_killed_at = folders[0].name, time.time()
+                log = (folder / "das-run.log").read_text()[-3000:]
+                assert das_run_id or das_run.poll() is None, log
+            elif drawn := _recorded_draws(ledger, run):
+                family = flow.children(recursive=True)
+                worker.kill()  # the host goes: its worker first, then the flow process
+                flow.kill()
+                for process in family:
+                    with contextlib.suppress(psutil.NoSuchProcess):
+                        process.kill()
+                killed_at = time.time()
+            time.sleep(0.1)
+    finally:
+        with contextlib.suppress(ProcessLookupError):
+            os.killpg(das_run.pid, signal.SIGKILL)  # on failure too: nothing left running
+        das_run.wait(timeout=60)
+        if stack.processes["worker"].poll() is not None:
+            start_worker(stack)  # as an operator would; it knows nothing of the lost run
+    assert das_run_id is not None
+    return LostHost(run, drawn, ledger, output, killed_at, das_run_id, das_killed_at)
+
+
+def test_a_lost_host_leaves_its_runs_running(
+    prefect_stack: PrefectStack, lost_host: LostHost
+) -> None:
+    """First, while nothing else runs: a host is lost (the fixture). Nothing reports the end
+    of its deployment run, and the restarted worker knows nothing of it: it still shows
+    Running. The server notices only from the heartbeats' silence, checked at the end of this
+    module (test_a_lost_hosts_run_is_crashed...), so the other tests run meanwhile."""
+    assert time.time() - lost_host.killed_at < 30  # within the automation's window
+    assert prefect_stack.state(lost_host.deployment_run) == "RUNNING"
+
+
 def test_first_runs_complete(prefect_stack: PrefectStack, first_runs: dict[str, str]) -> None:
     states = {name: prefect_stack.state(run) for name, run in first_runs.items()}
     assert set(states.values()) == {"COMPLETED"}, (states, prefect_stack.log_tail("worker"))
@@ -262,117 +357,6 @@ def test_a_second_release_pauses_for_approval_and_the_ledger_records_every_decis
     ]  # the second release's earlier spend is the first one's
 
 
-@dataclass
-class LostHost:
-    """The runs of a host lost mid-measure (see :func:`lost_host`)."""
-
-    deployment_run: str  # a SafeTab-P deployment run: its worker and flow process killed
-    drawn: set[str]  # the noise files its ledger had recorded at the kill
-    ledger: PrivacyLedger  # its own (the run is outside production)
-    output: Path
-    das_run: str  # a `das run phsafe` against the server, killed with SIGKILL
-    killed_at: float  # epoch seconds of the last kill
-
-
-def _recorded_draws(ledger: PrivacyLedger, run: str) -> set[str]:
-    """The noise files the run's ledger records as drawn; none before the run created it (a
-    ledger opened here first would be an empty file, which the run refuses as truncated)."""
-    path = ledger.store.path
-    if path is None or not path.is_file() or path.stat().st_size == 0:
-        return set()
-    try:
-        return {record.file for record in ledger.draws(run).values()}
-    except Exception:  # the run not in it yet
-        return set()
-
-
-@pytest.fixture(scope="module")
-def lost_host(prefect_stack: PrefectStack) -> LostHost:
-    """A host lost mid-measure, both ways a run starts: a deployment run whose worker and then
-    flow process (with its Dask workers) are killed with SIGKILL once its ledger recorded a
-    draw, and a `das run` against the server killed with SIGKILL (its whole process group)
-    once it drew. Nothing is left to report either run's end; the worker is started again, as
-    an operator would, and knows nothing of the lost run. The tests that follow wait for the
-    server to notice."""
-    stack = prefect_stack
-    folder = stack.base / "lost-host"
-    folder.mkdir()
-    output = folder / "output"
-    ledger = PrivacyLedger(LedgerStore.in_directory(folder / "ledger"))
-    run = stack.trigger(SAFETAB, {"output": str(output)}, outside_production(folder / "ledger"))
-    config = stack.root / "phsafe" / "pr"
-    das_output = folder / "das-run"
-    das_run = subprocess.Popen(
-        [str(VENV_BIN / "das"), "run", "phsafe", "--config", str(config / "config.json"),
-         "--data", str(config / "input"), "--output", str(das_output), "--seed", "5",
-         "--ledger", str(folder / "das-run-ledger")],  # its own: the spend it holds stays there
-        cwd=stack.base, env=stack.env, stdout=(folder / "das-run.log").open("ab"),
-        stderr=subprocess.STDOUT, start_new_session=True,
-    )  # fmt: skip
-    try:
-        flow = _flow_process(stack, run)
-        worker = psutil.Process(stack.processes["worker"].pid)
-        deadline = time.monotonic() + 600
-        drawn: set[str] = set()
-        das_run_id = None
-        while not drawn or das_run_id is None:
-            assert time.monotonic() < deadline, "no draw within 10 minutes"
-            assert stack.state(run) not in TERMINAL_STATES, stack.log_tail("worker")
-            if not drawn and (drawn := _recorded_draws(ledger, run)):
-                family = flow.children(recursive=True)
-                worker.kill()  # the host goes: its worker first, then the flow process
-                flow.kill()
-                for process in family:
-                    with contextlib.suppress(psutil.NoSuchProcess):
-                        process.kill()
-            folders = run_folders(das_output) if das_run_id is None else []
-            if folders and list((folders[0] / "noise").glob("*.npy")):
-                os.killpg(das_run.pid, signal.SIGKILL)
-                das_run_id = folders[0].name
-            log = (folder / "das-run.log").read_text()[-3000:]
-            assert das_run_id or das_run.poll() is None, log
-            time.sleep(0.1)
-        killed_at = time.time()
-    finally:
-        with contextlib.suppress(ProcessLookupError):
-            os.killpg(das_run.pid, signal.SIGKILL)  # on failure too: nothing left running
-        das_run.wait(timeout=60)
-        if stack.processes["worker"].poll() is not None:
-            start_worker(stack)  # as an operator would; it knows nothing of the lost run
-    return LostHost(run, drawn, ledger, output, das_run_id, killed_at)
-
-
-def test_a_lost_hosts_run_is_crashed_and_retry_resumes_it(
-    prefect_stack: PrefectStack, lost_host: LostHost
-) -> None:
-    """Nothing reports the end of a run whose host is gone: the server's automation marks it
-    Crashed once its heartbeats stop (within 3 minutes, saying why); the UI's Retry then
-    resumes it on the new worker and reuses every draw the ledger recorded."""
-    stack, run = prefect_stack, lost_host.deployment_run
-    assert stack.wait(run, timeout=300) == "CRASHED", stack.log_tail("worker")
-    state = stack.flow_run(run)["state"]
-    assert epoch(state["timestamp"]) - lost_host.killed_at < 180
-    assert state["message"].startswith("no heartbeat for 90 s: the flow process or its host")
-    assert "Retry resumes the run" in state["message"]
-
-    stack.retry_as_the_ui_does(run)
-    assert stack.wait(run) == "COMPLETED", stack.log_tail("worker")
-    audit = json.loads((lost_host.output / "audit.json").read_text())
-    assert audit["run_id"] == run and "resumed" in stack.flow_run(run)["tags"]
-    assert audit["draws"]["reused"] == len(lost_host.drawn) > 0  # nothing recorded is redrawn
-    assert lost_host.drawn <= _recorded_draws(lost_host.ledger, run)
-
-
-def test_a_killed_das_run_is_crashed(prefect_stack: PrefectStack, lost_host: LostHost) -> None:
-    """A `das run` whose process is killed (its terminal or machine gone) reports nothing
-    either: its run on the server ends Crashed the same way (resumed with --run-id)."""
-    stack, run = prefect_stack, lost_host.das_run
-    assert stack.wait(run, timeout=300) == "CRASHED"
-    state = stack.flow_run(run)["state"]
-    assert epoch(state["timestamp"]) - lost_host.killed_at < 180
-    assert "--run-id" in state["message"]
-
-
 def test_a_crashed_run_is_told_apart_from_a_refused_one(
     prefect_stack: PrefectStack, first_runs: dict[str, str], lost_host: LostHost
 ) -> None:
@@ -561,6 +545,37 @@ def test_das_run_reports_to_the_authenticated_server(prefect_stack: PrefectStack
     tasks = stack.task_runs(runs[0]["id"])
     assert tasks and {task["state_type"] for task in tasks} == {"COMPLETED"}
     assert json.loads((output / "audit.json").read_text())["status"] == "succeeded"
+
+
+def test_a_lost_hosts_run_is_crashed_and_retry_resumes_it(
+    prefect_stack: PrefectStack, lost_host: LostHost
+) -> None:
+    """Nothing reports the end of a run whose host is gone: the server's automation marks it
+    Crashed once its heartbeats stop (within 3 minutes, saying why); the UI's Retry then
+    resumes it on the new worker and reuses every draw the ledger recorded."""
+    stack, run = prefect_stack, lost_host.deployment_run
+    assert stack.wait(run, timeout=300) == "CRASHED", stack.log_tail("worker")
+    state = stack.flow_run(run)["state"]
+    assert epoch(state["timestamp"]) - lost_host.killed_at < 180
+    assert state["message"].startswith("no heartbeat for 90 s: the flow process or its host")
+    assert "Retry resumes the run" in state["message"]
+
+    stack.retry_as_the_ui_does(run)
+    assert stack.wait(run) == "COMPLETED", stack.log_tail("worker")
+    audit = json.loads((lost_host.output / "audit.json").read_text())
+    assert audit["run_id"] == run and "resumed" in stack.flow_run(run)["tags"]
+    assert audit["draws"]["reused"] == len(lost_host.drawn) > 0  # nothing recorded is redrawn
+    assert lost_host.drawn <= _recorded_draws(lost_host.ledger, run)
+
+
+def test_a_killed_das_run_is_crashed(prefect_stack: PrefectStack, lost_host: LostHost) -> None:
+    """A `das run` whose process is killed (its terminal or machine gone) reports nothing
+    either: its run on the server ends Crashed the same way (resumed with --run-id)."""
+    stack, run = prefect_stack, lost_host.das_run
+    assert stack.wait(run, timeout=300) == "CRASHED"
+    state = stack.flow_run(run)["state"]
+    assert epoch(state["timestamp"]) - lost_host.das_killed_at < 180
+    assert "--run-id" in state["message"]
 
 
 def test_every_command_das_deploy_prints_works_as_printed(prefect_stack: PrefectStack) -> None:
