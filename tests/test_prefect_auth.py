@@ -285,5 +285,5 @@ def test_server_start_names_the_login_page(args: list[str], environ: dict, addre
     from das.cli.prefect_wrapper import login_hint, ui_address
 
     assert ui_address(args, environ) == address
-    hint = login_hint(address)
-    assert f"{address}/login" in hint and "das ui-login | xclip" in hint
+    hint = login_hint(address, ".venv/bin/das")
+    assert f"{address}/login" in hint and "`.venv/bin/das ui-login | xclip" in hint

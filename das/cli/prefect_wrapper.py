@@ -11,17 +11,16 @@ history:
 
 For ``server ...`` it also sets the server's ``PREFECT_SERVER_API_AUTH_STRING`` (the same
 string), ``PREFECT_SERVER_CSRF_PROTECTION_ENABLED=true`` (unless set otherwise) and, from
-``DAS_PREFECT_DATABASE_PASSWORD_FILE``,
-``PREFECT_SERVER_DATABASE_PASSWORD``; it refuses to start a server without an auth string (run
-``prefect server start`` itself for that), and says how to log in to the UI without typing
-the secret. The process becomes ``prefect`` (exec): a service manager sees and signals Prefect
-itself.
+``DAS_PREFECT_DATABASE_PASSWORD_FILE``, ``PREFECT_SERVER_DATABASE_PASSWORD``; it refuses to
+start a server without an auth string (run ``prefect server start`` itself for that), and says
+how to log in to the UI without typing the secret. The process becomes ``prefect`` (exec): a
+service manager sees and signals Prefect itself.
 
 ``das ui-login`` hands the auth string to a clipboard, never to the screen: piped
 (``das ui-login | xclip -selection clipboard``, ``| wl-copy``, ``| pbcopy``) it writes the
 string for the clipboard tool; with ``--osc52`` it asks the terminal itself to copy it (OSC 52:
-xterm, kitty, WezTerm, iTerm2, Windows Terminal; through tmux with ``set -g set-clipboard on``).
-Either way the secret is on no command line and in no shell history.
+kitty, WezTerm, iTerm2, foot, Windows Terminal, xterm when allowed; through tmux with ``set -g
+set-clipboard on``). Either way the secret is on no command line and in no shell history.
 """
 
 from __future__ import annotations
@@ -31,6 +30,7 @@ import base64
 import os
 import sys
 from collections.abc import Mapping, Sequence
+from pathlib import Path
 
 from das.prefect_auth import AUTH_FILE_ENV, CLIENT_AUTH, SecretError, configure_prefect_server
 
@@ -72,7 +72,7 @@ def subcommand(args: Sequence[str]) -> str | None:
 def prefect_command_line(args: Sequence[str]) -> int:
     """Exec ``prefect args...`` (``das.cli.main`` has already read ``DAS_PREFECT_AUTH_FILE``).
     Returns only on a usage error."""
-    from das.cli.deploy import prefect_command
+    from das.cli.deploy import das_command, prefect_command
 
     if subcommand(args) == "server":
         try:
@@ -81,7 +81,7 @@ def prefect_command_line(args: Sequence[str]) -> int:
             print(f"das prefect: error: {exc}", file=sys.stderr)
             return EXIT_USAGE
         if "start" in args:
-            print(login_hint(ui_address(args)), file=sys.stderr)
+            print(login_hint(ui_address(args), das_command(Path.cwd())), file=sys.stderr)
     command = [*prefect_command(), *args]
     sys.stdout.flush()
     sys.stderr.flush()
@@ -107,13 +107,14 @@ def ui_address(args: Sequence[str], environ: Mapping[str, str] | None = None) ->
     return f"http://{host}:{values['--port']}"
 
 
-def login_hint(address: str) -> str:
-    """How an operator logs in to the UI without typing or showing the secret."""
+def login_hint(address: str, das: str = "das") -> str:
+    """How an operator logs in to the UI without typing or showing the secret (``das``: how
+    the operator calls this command)."""
     return (
         f"das prefect: the UI is at {address}/login (open that address: the front page shows "
         "an 'Authentication failed' notice first). It asks for the auth string of "
-        f"{AUTH_FILE_ENV}: copy it without showing it, with `das ui-login | xclip -selection "
-        "clipboard` (or `| wl-copy`, `| pbcopy`; in a terminal that allows it, `das ui-login "
+        f"{AUTH_FILE_ENV}: copy it without showing it, with `{das} ui-login | xclip -selection "
+        f"clipboard` (or `| wl-copy`, `| pbcopy`; in a terminal that allows it, `{das} ui-login "
         "--osc52`), paste it into the field, press Enter"
     )
 
