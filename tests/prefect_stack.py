@@ -457,9 +457,15 @@ def refused_run(prefect_stack: PrefectStack, first_runs: dict[str, str]) -> str:
 
 @pytest.fixture(scope="session")
 def crashed_run(prefect_stack: PrefectStack, first_runs: dict[str, str]) -> str:
-    """A PHSafe (PR) release whose flow process is killed (SIGKILL) once it runs: it ends
-    Crashed, and the worker says it released the run. Its flow-run id."""
+    """A run that ended Crashed: one already on the server (test_e2e_prefect's lost host, when
+    it ran first in this session), else a PHSafe (PR) release whose flow process is killed
+    (SIGKILL) once it runs: it ends Crashed, and the worker says it released the run. Its
+    flow-run id."""
     stack = prefect_stack
+    body = {"flow_runs": {"state": {"type": {"any_": ["CRASHED"]}}}}
+    found = stack.request("POST", "/flow_runs/filter", body)
+    if found:
+        return found[0]["id"]
     crashed = stack.trigger("phsafe/phsafe-pr")
     process = flow_process(stack, crashed)
     stack.wait(crashed, {"RUNNING", *TERMINAL_STATES}, timeout=300)

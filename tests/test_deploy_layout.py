@@ -8,6 +8,7 @@ local profile's real synthetic root is checked in test_deploy_cli.py).
 from __future__ import annotations
 
 import os
+import subprocess
 from pathlib import Path
 
 import pytest
@@ -156,7 +157,17 @@ def prefect_calls(monkeypatch: pytest.MonkeyPatch) -> list[tuple[str, ...]]:
         calls.append(args)
         return 0
 
+    def prefect_captured(*args: str, cwd: Path | None = None) -> subprocess.CompletedProcess:
+        calls.append(args)
+        return subprocess.CompletedProcess(args, 0, "", "")
+
+    from flows.crash_detection import Ensured
+
     monkeypatch.setattr(deploy, "prefect", prefect)
+    monkeypatch.setattr(deploy, "prefect_captured", prefect_captured)
+    monkeypatch.setattr(deploy, "watch_for_crashes", lambda settings: Ensured("created", "", 90))
+    monkeypatch.setattr(deploy, "registered_deployments",
+                        lambda names: [(f"flow/{name}", False) for name in names])  # fmt: skip
     return calls
 
 

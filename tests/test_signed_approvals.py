@@ -328,7 +328,6 @@ def test_a_held_budget_names_its_holder_and_release_returns_an_undrawn_one(
     dataset = statement["dataset"]
     from das.runs.ledger import RunOpening
     from das.runs.ledger.run_signatures import RunSigner
-
     from das.spend_approval import sealed_spend
 
     sealed, plan = sealed_spend("safetab-p", config, data, None)

@@ -241,6 +241,26 @@ def _start_local_api(product: str, announced: float | None) -> None:
     )
 
 
+def _watch_for_crashes(product: str) -> None:
+    """The server's crash automation (``flows.crash_detection``), created when it has none, so
+    that this run, if its process dies, is marked Crashed instead of Running forever. One
+    found with a window too short for this process's heartbeat is left as is, with a warning."""
+    from prefect.client.orchestration import get_client
+
+    from das.heartbeats import MISSED_BEATS_TOLERATED, liveness
+    from flows.crash_detection import AUTOMATION_NAME, ensure_crash_automation
+
+    settings = liveness()
+    with get_client(sync_client=True) as client:
+        ensured = ensure_crash_automation(client, settings, update=False)
+    if ensured.crash_after_seconds < MISSED_BEATS_TOLERATED * settings.heartbeat_seconds:
+        print(f"das run {product}: warning: the server's automation \"{AUTOMATION_NAME}\" "
+              f"crashes a run after {ensured.crash_after_seconds:.0f} s without a heartbeat, "
+              f"and this run beats every {settings.heartbeat_seconds} s (DAS_HEARTBEAT_SECONDS): "
+              "it may be marked Crashed while alive. Run `das deploy` with the same settings",
+              file=sys.stderr)  # fmt: skip
+
+
 def run_command(args: argparse.Namespace) -> int:
     """Check the arguments, run the flow, say what happened; the exit code."""
     from das.runs.folder import check_run_id
@@ -329,6 +349,7 @@ def _run(args: argparse.Namespace) -> int:
     flow = product_flow.with_options(task_runner=task_runner_from_env())
     try:
         _start_local_api(product, announced)
+        _watch_for_crashes(product)
         with _quiet_tracebacks(), shown(product, verbose=args.verbose):
             state = flow(**parameters, return_state=True)
     except Exception as exc:  # the flow never ran (e.g. no Prefect API): one line, no traceback

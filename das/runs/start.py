@@ -295,8 +295,7 @@ def check_start(
             f"open in the privacy ledger {ledger.info.location}: in production every spend is "
             "approved before the run"
             + (
-                ". The approval of these parameters went to "
-                + "; ".join(h.line for h in held)
+                ". The approval of these parameters went to " + "; ".join(h.line for h in held)
                 if held
                 else ""
             )
