@@ -253,6 +253,7 @@ def _das_ui_login(tmp_path: Path, *args: str, terminal: bool) -> tuple[int, byte
     return code, output
 
 
+@pytest.mark.integration  # the console script in a pipe or a pseudo-terminal
 def test_ui_login_writes_the_auth_string_into_a_pipe_only(tmp_path: Path) -> None:
     """`das ui-login | xclip ...`: the string alone, no newline, for the clipboard tool; on a
     terminal it is refused and the secret never shown."""
@@ -263,6 +264,7 @@ def test_ui_login_writes_the_auth_string_into_a_pipe_only(tmp_path: Path) -> Non
     assert b"xclip -selection clipboard" in output
 
 
+@pytest.mark.integration  # the console script in a pipe or a pseudo-terminal
 def test_ui_login_osc52_sends_the_string_to_the_terminals_clipboard(tmp_path: Path) -> None:
     """--osc52: the escape sequence that asks the terminal to copy (base64 of the string), not
     the string itself; the terminal shows neither."""
