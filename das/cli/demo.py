@@ -19,6 +19,7 @@ import shutil
 from pathlib import Path
 
 from das.cli.arguments import resolved_path
+from das.runs.folder import state_root
 
 DEMO_PERSONS = 20_000
 DEMO_SEED = 2020
@@ -115,6 +116,7 @@ def demo_guide(output: Path, steps: list[tuple[str, list[str]]]) -> str:
         return f"{label} {', '.join(numbers)} (`das {' '.join(prefix)}`)"
 
     ledger = shlex.quote(str(output / "ledger"))
+    state = state_root()
     rows = [
         ("`safetab-p/`", "SafeTab-P inputs: `person-records.txt` and `GRF-C.txt` (synthetic "
          "records), `config.json` and the four race/ethnicity spec files (the shipped demo "
@@ -139,15 +141,18 @@ def demo_guide(output: Path, steps: list[tuple[str, list[str]]]) -> str:
          "the enclave's system of record (keyed ids and budgets, no record value): kept and "
          "backed up inside the enclave"),
         ("`release/<product>/`", "the releases: SafeTab-P `t1/`, `t2/`; PHSafe one folder per "
-         "table; `audit.json`, `MANIFEST.json` and a `SEEDED` marker (the demo seeds its "
-         "noise, so these are not private releases)", made_by("run"),
+         "table; `audit.json`, `MANIFEST.json`, `CERTIFICATE.intoto.json` and a `SEEDED` "
+         "marker (the demo seeds its noise, so these are not private releases)", made_by("run"),
          "published after review (a real release is never seeded)"),
-        ("`release/<product>.das/`", "the run state beside each release: the sealed "
-         "parameters, the drawn noise (`noise/`), the records spilled for the measurement "
-         "(`work/`), the run's own validation report, `run.log`, the output's lock",
-         made_by("run"), "**confidential**: noise plus a released count gives the true "
-         "count, and the spill is a copy of the records; delete a run folder once its "
-         "release is accepted"),
+        ("`release/<product>.das/`", "beside each release: the output's lock and the "
+         "staging folder the release was built in (released values only)", made_by("run"),
+         "kept beside the release; holds nothing confidential"),
+        (f"`{state}/runs/<run-id>/` (outside this folder)", "each run's state, under the "
+         "state root (`DAS_STATE_DIR`, else `${XDG_STATE_HOME:-~/.local/state}/das`): the "
+         "sealed parameters, the drawn noise (`noise/`), the records spilled for the "
+         "measurement (`work/`), the run's own validation report, `run.log`", made_by("run"),
+         "**confidential**: noise plus a released count gives the true count, and the spill "
+         "is a copy of the records; delete a run's folder once its release is accepted"),
     ]  # fmt: skip
     lines = [
         "# The DAS demo: what is in this folder",
