@@ -4,6 +4,8 @@ A budget given on the command line (``--rho``), and the budget a target ``--moe`
 are held to the limits of :mod:`das.privacy.limits` like a config's: at most a pass's ceiling,
 the measured stage's share at least the per-query floor, its noise within the exact samplers'
 range. Anything refused or unreadable is one line on stderr and exit status 2.
+
+Exit codes: 0 done, 2 refused or unreadable input (one line on stderr) or a usage error.
 """
 
 from __future__ import annotations
@@ -39,7 +41,12 @@ Handler = Callable[[argparse.Namespace], int]
 
 
 def register(subparsers: argparse._SubParsersAction) -> None:
-    budget = subparsers.add_parser("budget", help="privacy-budget calculators and reports")
+    budget = subparsers.add_parser(
+        "budget",
+        help="privacy-budget calculators and reports",
+        description=__doc__,
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
     commands = budget.add_subparsers(dest="budget_command", required=True)
 
     report = commands.add_parser(

@@ -9,6 +9,9 @@ It also keeps what a user would otherwise only see scroll by: each budget report
 `das budget report` prints it and with `--json`, in `<output>/budget/<product>.txt|.json`;
 and a guide, `<output>/README.md`, written first: which folder is what, which would be
 confidential in real use, and the command that made it.
+
+Exit codes: 0 every step succeeded; otherwise the exit code of the first step that failed (the
+demo prints its command and stops).
 """
 
 from __future__ import annotations
@@ -27,10 +30,15 @@ PRODUCTS = ("safetab-p", "phsafe")
 
 
 def register(subparsers: argparse._SubParsersAction) -> None:
-    demo = subparsers.add_parser("demo", help="run the demo job on synthetic data")
+    demo = subparsers.add_parser(
+        "demo",
+        help="run the demo job on synthetic data",
+        description=__doc__,
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
     demo.add_argument("--output", type=resolved_path, default="demo", help="demo folder")
-    demo.add_argument("--persons", type=int, default=DEMO_PERSONS)
-    demo.add_argument("--seed", type=int, default=DEMO_SEED)
+    demo.add_argument("--persons", type=int, default=DEMO_PERSONS, help="persons per product")
+    demo.add_argument("--seed", type=int, default=DEMO_SEED, help="synthesis and noise seed")
     demo.set_defaults(handler=_demo)
 
 

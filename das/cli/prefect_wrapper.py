@@ -14,6 +14,8 @@ string), ``PREFECT_SERVER_CSRF_PROTECTION_ENABLED=true`` (unless set otherwise) 
 ``DAS_PREFECT_DATABASE_PASSWORD_FILE``, ``PREFECT_SERVER_DATABASE_PASSWORD``; it refuses to
 start a server without an auth string (run ``prefect server start`` itself for that).
 The process becomes ``prefect`` (exec): a service manager sees and signals Prefect itself.
+
+Exit codes: Prefect's own (the process becomes ``prefect``); 2 when a secret file is refused.
 """
 
 from __future__ import annotations
