@@ -84,7 +84,12 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     targets = audit.add_subparsers(dest="audit_target", required=True)
 
     mechanism = targets.add_parser("mechanism", help="one noise mechanism, worst-case neighbour")
-    mechanism.add_argument("--mechanism", required=True, choices=("geometric", "discrete-gaussian"))
+    mechanism.add_argument(
+        "--mechanism",
+        required=True,
+        choices=("geometric", "discrete-gaussian"),
+        help="the noise mechanism to audit",
+    )
     mechanism.add_argument("--budget", required=True, help="ε (geometric) or ρ (discrete Gaussian)")
     mechanism.add_argument(
         "--sensitivity", required=True, help="L1 (geometric) or L2 (discrete Gaussian)"
