@@ -111,8 +111,9 @@ VARIABLES: tuple[Variable, ...] = (
         "${XDG_STATE_HOME:-~/.local/state}/das (deployments: <das_root>/state)",
         "The state root: each run's confidential state (sealed parameters, noise, spilled "
         "records, validation report, run log) under `<state root>/runs/<run-id>/`. Never "
-        "inside an output; an output inside it is refused.",
-        ("flow run", "terminal", "dask worker"),
+        "inside an output; an output inside it is refused. On a Dask cluster it must be on a "
+        "shared file system, at the same path on every host.",
+        ("flow run", "terminal"),
     ),
     Variable(
         "DAS_APPROVAL_TIMEOUT_SECONDS",
