@@ -26,6 +26,7 @@ COMMAND_MODULES = (
     "audit_privacy",
     "deploy",
     "prefect_wrapper",
+    "docs",
 )
 
 

@@ -45,7 +45,7 @@ EXIT_OK, EXIT_FAILED, EXIT_USAGE = 0, 1, 2  # das.runs.faults.EXIT_INFRASTRUCTUR
 def register(subparsers: argparse._SubParsersAction) -> None:
     run = subparsers.add_parser(
         "run",
-        help="run a product end to end (exit 0 ok, 1 failed, 2 usage error)",
+        help="run a product end to end (exit 0 released, 1 failed, 2 refused, 3 infrastructure)",
         description=__doc__,
         formatter_class=argparse.RawDescriptionHelpFormatter,
     )
