@@ -210,7 +210,7 @@ def _parent(root: argparse.ArgumentParser, path: str) -> argparse.ArgumentParser
 
 # -- exit codes ----------------------------------------------------------------------------------
 
-_EXIT = re.compile(r"^Exit (?:codes|status)\b.*?(?=\n\s*\n|\Z)", re.S | re.M)
+_EXIT = re.compile(r"\bExit (?:codes|status)\b.*?(?=\n\s*\n|\Z)", re.S)
 
 
 def exit_paragraphs() -> dict[str, str]:
