@@ -30,7 +30,8 @@ from dataclasses import dataclass, field
 LOG_EVERY = 30.0  # seconds between progress lines within a stage
 SHOW_EVERY = 2.0  # seconds between updates of the UI's progress display
 
-# Each stage's share of a whole run (national runs, README "National scale"), and its unit.
+# Each stage's share of a whole run (national runs:
+# docs/explanation/performance.md#national-scale), and its unit.
 STAGES: dict[str, dict[str, tuple[float, str]]] = {
     "safetab-p": {
         "validate": (0.34, "check"),
