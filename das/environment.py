@@ -19,7 +19,8 @@ from dataclasses import dataclass
 
 ROLES = {
     "terminal": "an operator's `das` commands (`das run`, `das ledger`, `das deploy`, ...)",
-    "worker": "the Prefect worker (`das prefect worker start`) on each worker host",
+    "worker": "the Prefect worker (`das prefect worker start`) on each worker host; its flow "
+    "runs inherit its environment",
     "flow run": "each deployment's flow run: set by `deploy/prefect.yaml` from Prefect variables",
     "server": "the Prefect server (`das prefect server start`)",
     "dask worker": "a Dask worker of an existing cluster (`dask worker ... --preload ...`)",
@@ -119,15 +120,16 @@ VARIABLES: tuple[Variable, ...] = (
         "DAS_APPROVAL_TIMEOUT_SECONDS",
         "86400 (24 h)",
         "How long a paused deployment run waits for a quorum of approvers' signatures before "
-        "it ends Refused (nothing drawn).",
-        ("flow run",),
+        "it ends Refused (nothing drawn). Set it in the worker's environment: its flow runs "
+        "inherit it.",
+        ("worker",),
     ),
     Variable(
         "DAS_APPROVAL_POLL_SECONDS",
         "5",
         "How often a paused deployment run asks the ledger whether a quorum signed (it "
-        "resumes by itself when one did).",
-        ("flow run",),
+        "resumes by itself when one did). Set it in the worker's environment.",
+        ("worker",),
     ),
     # -- Prefect ---------------------------------------------------------------------------------
     Variable(

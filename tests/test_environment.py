@@ -94,14 +94,15 @@ def test_a_worker_needs_the_api_url_and_the_auth_file():
 
 
 def test_the_deployments_set_exactly_the_flow_run_variables_they_name():
-    """deploy/prefect.yaml's production environment: every variable is registered with the
-    role "flow run" (the page tells a worker's operator they need not set them)."""
+    """deploy/prefect.yaml's production environment is exactly the variables registered with
+    the role "flow run" (the page tells a worker's operator they need not set them)."""
     text = (REPO / "deploy" / "prefect.yaml").read_text()
     block = text.split("production_env: &production_env", 1)[1].split("\n\n", 1)[0]
     set_there = set(NAME.findall(block))
     assert set_there, "no production environment in deploy/prefect.yaml"
     registry = by_name()
     assert [n for n in sorted(set_there) if "flow run" not in registry[n].roles] == []
+    assert sorted(v.name for v in needed_by("flow run") if v.name not in set_there) == []
 
 
 def test_the_documentation_names_only_registered_variables():
