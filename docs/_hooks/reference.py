@@ -10,6 +10,8 @@ pyproject's import contracts. A change to the code changes the site at the next 
 
 Two mechanisms: whole pages (:data:`PAGES`, added to the build as generated files) and blocks
 inside hand-written pages (a line ``<!-- das:NAME -->`` is replaced by :data:`BLOCKS` [NAME]).
+A tutorial's command block marked ``<!-- test: NAME -->`` (run by tests/test_tutorial.py) is
+shown with a title saying so.
 ``tests/test_docs.py`` imports this module to compare the pages with the code.
 """
 
@@ -880,6 +882,9 @@ BLOCKS: dict[str, Callable[[], str]] = {
     "readme-commands": readme_commands_block,
 }
 _MARKER = re.compile(r"^<!-- das:([a-z-]+) -->$", re.M)
+# A tutorial's block that tests/test_tutorial.py runs: shown with a title that says so.
+_TESTED = re.compile(r'^<!-- test: [a-z-]+(?: expect="[^"]*")? -->\n```bash$', re.M)
+_TESTED_TITLE = '```bash title="tested: run as typed by tests/test_tutorial.py"'
 
 
 # -- the MkDocs events ---------------------------------------------------------------------------
@@ -900,4 +905,5 @@ def on_page_markdown(markdown: str, page: Any, config: Any, files: Any) -> str:
             raise ValueError(f"{page.file.src_uri}: unknown generated block {name!r}")
         return BLOCKS[name]()
 
+    markdown = _TESTED.sub(_TESTED_TITLE, markdown)
     return _MARKER.sub(replace, markdown)
