@@ -219,7 +219,7 @@ class SafeTabPConfig(BaseModel):
         description="The budget B of each population-group level (geography × iteration "
         "level 1 regional / 2 detailed): a JSON number ≥ 0, 0 = not tabulated, `Infinity` = "
         "no noise (golden tests; refused in production). Every key is required.",
-        json_schema_extra={"key": "privacy_budget_p_level_<1|2>_<geography>"},
+        json_schema_extra={"key": "privacy_budget_p_level_<1|2>_<geography>", "json": "number"},
     )
     thresholds: dict[PopulationGroupLevel, tuple[int, int, int]] = Field(
         description="Three strictly increasing integers per tabulated level: the stage-1 noisy "

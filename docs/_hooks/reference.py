@@ -339,9 +339,25 @@ def environment_page() -> str:
 
 
 def _annotation(field: Any) -> str:
-    text = str(field.annotation)
-    text = re.sub(r"<class '([^']*)'>", r"\1", text)
-    return text.replace("das.specs.config.", "").replace("fractions.", "").replace("typing.", "")
+    """The field's type as the JSON file writes it."""
+    import enum
+    import typing
+
+    extra = field.json_schema_extra if isinstance(field.json_schema_extra, dict) else {}
+    if "json" in extra:
+        return str(extra["json"])
+    annotation = field.annotation
+    if isinstance(annotation, type) and issubclass(annotation, enum.Enum):
+        return "one of " + ", ".join(f'"{member.value}"' for member in annotation)
+    if typing.get_origin(annotation) is typing.Literal:
+        return "one of " + ", ".join(f'"{value}"' for value in typing.get_args(annotation))
+    origin = typing.get_origin(annotation)
+    if origin is dict:
+        return "object"
+    if origin is tuple or origin is list:
+        return "array of strings"
+    names = {bool: "true / false", int: "integer", float: "number", str: "string"}
+    return names.get(annotation, "number")
 
 
 _COMPARISONS = {"ge": "≥", "gt": ">", "le": "≤", "lt": "<"}
@@ -358,14 +374,14 @@ def _constraints(field: Any) -> str:
 
 
 def _fields_table(model: Any) -> str:
-    rows = ["| key in `config.json` | type | required / default | meaning |", "|---|---|---|---|"]
+    rows = ["| key in `config.json` | JSON | required / default | meaning |", "|---|---|---|---|"]
     for name, field in model.model_fields.items():
         extra = field.json_schema_extra or {}
         key = extra.get("key", name) if isinstance(extra, dict) else name
         needed = "required" if field.is_required() else f"default {code(field.default)}"
         limits = _constraints(field)
         rows.append(
-            f"| {code(key)} | {code(_annotation(field))} | {needed} | "
+            f"| {code(key)} | {cell(_annotation(field))} | {needed} | "
             f"{_inline(field.description or '')}{' (' + cell(limits) + ')' if limits else ''} |"
         )
     return "\n".join(rows)
