@@ -246,8 +246,10 @@ def exit_codes_page() -> str:
         lines.append(f"| **{number}** | {_inline(meaning)} | {_inline(step)} |")
     lines += [
         "",
-        "A refusal (2) costs about a second: the checks run before a Prefect API or a Dask "
-        "cluster starts, and nothing is drawn. Every refusal and its next step: "
+        "A refusal (2) draws nothing. Most come in about a second, from the start checks that "
+        "run before a Prefect API or a Dask cluster starts; those that need to know which "
+        "dataset the records are (a ceiling, a cumulative total) come after the run has read "
+        "them. Every refusal and its next step: "
         "[Respond to a refusal](../how-to/respond-to-a-refusal.md). An infrastructure fault "
         "(3) is resumable: [Retry and resume](../how-to/retry-and-resume.md).",
         "",
