@@ -1,13 +1,17 @@
-"""Keep Prefect, Great Expectations and Dask offline: no telemetry, no phoning home.
+"""Keep Prefect, Great Expectations and Dask offline: no telemetry, no phoning home; and give
+every flow run the heartbeat the server's crash detection expects (:mod:`das.heartbeats`).
 
 Called before Prefect or GX is imported (by the CLI, the flows and the tests). Only sets
-variables the operator has not set, so a deployment can still point at its own Prefect server.
+variables the operator has not set, so a deployment can still point at its own Prefect server
+(and keeps the heartbeat its environment names).
 """
 
 from __future__ import annotations
 
 import os
 from pathlib import Path
+
+from das.heartbeats import PREFECT_HEARTBEAT_ENV, liveness
 
 OFFLINE_ENVIRONMENT = {
     "DO_NOT_TRACK": "1",
@@ -19,8 +23,10 @@ OFFLINE_ENVIRONMENT = {
 
 
 def configure_offline(prefect_home: str | Path | None = None) -> None:
-    """Disable analytics of Prefect and GX; give Prefect a per-project home unless one is set."""
+    """Disable analytics of Prefect and GX; give Prefect a per-project home unless one is set;
+    flow runs beat every ``DAS_HEARTBEAT_SECONDS`` unless the environment names an interval."""
     for key, value in OFFLINE_ENVIRONMENT.items():
         os.environ.setdefault(key, value)
+    os.environ.setdefault(PREFECT_HEARTBEAT_ENV, str(liveness().heartbeat_seconds))
     if prefect_home is not None:
         os.environ.setdefault("PREFECT_HOME", str(prefect_home))

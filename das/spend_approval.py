@@ -24,22 +24,32 @@ from das.runs.seal import SealedParameters, seal_files
 from das.runs.start import check_inputs_regular
 
 
-def records_fingerprint(product: str, data: Path) -> str:
-    """The canonical fingerprint of a dataset's confidential records (one read of each)."""
+def input_fingerprints(product: str, data: Path) -> tuple[str, dict[str, str]]:
+    """The canonical fingerprint of a dataset's confidential records (one read of each) and
+    those of its public reference files (SafeTab-P's GRF-C), by name."""
     from das.io.fingerprint import combine_fingerprints, fingerprint_file
     from das.io.phsafe import PHSAFE_INPUTS
-    from das.io.safetab_p import PERSON_RECORDS
+    from das.io.safetab_p import GRF_C, PERSON_RECORDS
 
-    specs = {spec.name: spec for spec in (PERSON_RECORDS, *PHSAFE_INPUTS)}
+    specs = {spec.name: spec for spec in (PERSON_RECORDS, GRF_C, *PHSAFE_INPUTS)}
     inputs = release_product(product).run_inputs(Path("config.json"), data)
     check_inputs_regular(inputs)  # a FIFO or device is refused by name, never opened
     names = release_product(product).confidential
     missing = sorted(set(names) - set(inputs.confidential))
     if missing:
         raise ValueError(f"{data}: no {', '.join(missing)} input (.txt/.csv or .parquet)")
-    return combine_fingerprints(
+    records = combine_fingerprints(
         {name: fingerprint_file(inputs.confidential[name], specs[name]) for name in names}
     )
+    reference = {
+        name: fingerprint_file(path, specs[name]) for name, path in sorted(inputs.reference.items())
+    }
+    return records, reference
+
+
+def records_fingerprint(product: str, data: Path) -> str:
+    """The canonical fingerprint of a dataset's confidential records (one read of each)."""
+    return input_fingerprints(product, data)[0]
 
 
 def sealed_spend(
@@ -64,6 +74,16 @@ class Proposal:
     fingerprint: str | None  # the records' (to key the approver's journal); None: not read
 
 
+# What an approver's own statement and one another approver started must agree on before the
+# second signs the first (the rest — its id, times, note, who asked — is the first's, and shown).
+SUBSTANCE = ("type", "ledger_id", "charter", "product", "dataset", "parameters", "reference",
+             "definition", "passes", "ceiling")  # fmt: skip
+
+
+def substance(statement: dict[str, Any]) -> dict[str, Any]:
+    return {key: statement.get(key) for key in SUBSTANCE}
+
+
 def propose(
     ledger: PrivacyLedger,
     product: str,
@@ -75,17 +95,18 @@ def propose(
     valid_days: int = 7,
 ) -> Proposal:
     """The spend of ``config`` (and its spec and coterminous files) on the records in ``data``:
-    the open statement of exactly that spend, or a new one. Refuses an ``Infinity`` budget and
-    a spend above the ceiling."""
+    an open statement another approver started that says exactly what this approver's own
+    would (the same ledger, charter, records, reference files, sealed parameter files, passes
+    and ceiling) and expires no later than this approver asked, or a new one. Refuses an
+    ``Infinity`` budget and a spend above the ceiling."""
     sealed, plan = sealed_spend(product, config, data, coterminous)
     info = ledger.require_intact()
-    fingerprint = records_fingerprint(product, data)
+    fingerprint, reference = input_fingerprints(product, data)
     dataset = ledger.dataset_id(fingerprint)
-    passes, ceiling, chain, existing = ledger.plan_spend(
-        product, dataset, sealed.digest, plan.definition, plan.pass_totals()
+    reference_ids = {name: ledger.dataset_id(digest) for name, digest in reference.items()}
+    passes, ceiling, chain, open_ = ledger.plan_spend(
+        product, dataset, sealed.digest, plan.definition, plan.pass_totals(), reference_ids
     )
-    if existing is not None:
-        return Proposal(existing.statement, existing, passes, fingerprint)
     statement = approval_statement(
         ledger_id=info.ledger_id,
         charter=chain.in_force,
@@ -98,8 +119,19 @@ def propose(
         note=note,
         requested_by=f"das ledger approve by {who()}",
         valid_days=valid_days,
+        reference=reference_ids,
     )
+    mine = substance(statement)
+    for existing in open_:
+        if substance(existing.statement) == mine and existing.expires <= _time(statement):
+            return Proposal(existing.statement, existing, passes, fingerprint)
     return Proposal(statement, None, passes, fingerprint)
+
+
+def _time(statement: dict[str, Any]) -> Any:
+    import datetime as dt
+
+    return dt.datetime.fromisoformat(str(statement["expires"]))
 
 
 def sign_proposal(ledger: PrivacyLedger, proposal: Proposal, key: Path | None) -> Approval:

@@ -39,8 +39,10 @@ from das.runs.audit import md_escape  # noqa: E402
 from das.runs.ledger import Approval, LedgerRefused, decimal_text  # noqa: E402
 from das.runs.ledger.approvals import APPROVAL_NAMESPACE  # noqa: E402
 from das.runs.policy import Remedy, RunRefused  # noqa: E402
+from das.runs.progress import paused  # noqa: E402
 from das.runs.typed_text import shown  # noqa: E402
 from tasks.artifacts import artifact_key  # noqa: E402
+from tasks.run_tags import WAITING, retag  # noqa: E402
 
 if TYPE_CHECKING:
     from das.runs.lifecycle import ReleaseRun
@@ -49,7 +51,6 @@ APPROVAL_TIMEOUT_ENV = "DAS_APPROVAL_TIMEOUT_SECONDS"
 APPROVAL_POLL_ENV = "DAS_APPROVAL_POLL_SECONDS"
 DEFAULT_TIMEOUT = 24 * 3600
 DEFAULT_POLL = 5
-WAITING_TAG = "awaiting-approval"
 
 
 class SpendDecision(RunInput):
@@ -169,15 +170,6 @@ def _resume_when_agreed(run: ReleaseRun, request: Approval, flow_run_id: str) ->
         thread.join(timeout=poll + 5)
 
 
-def _tag(flow_run_id: str, add: bool) -> None:
-    """The run list shows which runs wait for an approver (a tag; information only)."""
-    from prefect.client.orchestration import get_client
-
-    with contextlib.suppress(Exception), get_client(sync_client=True) as client:
-        tags = [t for t in (client.read_flow_run(flow_run_id).tags or []) if t != WAITING_TAG]
-        client.update_flow_run(flow_run_id, tags=[*tags, WAITING_TAG] if add else tags)
-
-
 def await_approval(run: ReleaseRun, request: Approval, flow_run_id: str | None) -> None:
     """Pause until a quorum of approvers signed ``request`` in the ledger; return then, or
     raise :class:`RunRefused` on a rejection or when the time is up (nothing drawn)."""
@@ -199,7 +191,7 @@ def await_approval(run: ReleaseRun, request: Approval, flow_run_id: str | None) 
                 "privacy spend approved: %d of %d approvers signed approval %s",
                 len(signers), needed, request.approval_id,
             )  # fmt: skip
-            _tag(flow_run_id, add=False)
+            retag(flow_run_id, remove=[WAITING])
             return
         current = run.ledger.approval(request.approval_id)
         if current is not None and current.rejection is not None:
@@ -224,15 +216,13 @@ def await_approval(run: ReleaseRun, request: Approval, flow_run_id: str | None) 
                 description=f"{run.product}: waiting for approval — {len(signed)} of {needed} "
                 "signatures",
             )
-        _tag(flow_run_id, add=True)
+        retag(flow_run_id, add=[WAITING])
         logger.info(
             "waiting for approval %s: %d of %d approvers' signatures in the ledger (the run's "
             "page shows the statement and how to sign)", request.approval_id, len(signers), needed,
         )  # fmt: skip
-        pausing = getattr(run.progress, "paused", None)  # the clock stops while waiting
-        paused = pausing("for approval") if pausing is not None else None
-        try:
-            with paused or contextlib.nullcontext(), _resume_when_agreed(run, request, flow_run_id):
+        try:  # the run's clock stops while it waits for a person
+            with paused(run.progress, "approval"), _resume_when_agreed(run, request, flow_run_id):
                 decision = pause_flow_run(
                     wait_for_input=SpendDecision.with_initial_data(
                         description=markdown, decision="approve"
@@ -251,7 +241,7 @@ def await_approval(run: ReleaseRun, request: Approval, flow_run_id: str | None) 
             run.ledger.reject_approval(
                 request.approval_id, decision.reason, who, f"Prefect UI, flow run {flow_run_id}"
             )
-            _tag(flow_run_id, add=False)
+            retag(flow_run_id, remove=[WAITING])
             raise RunRefused(
                 f"the privacy spend was rejected in the Prefect UI by {shown(who)} (as typed)"
                 + (f": {shown(decision.reason)}" if decision.reason.strip() else "")

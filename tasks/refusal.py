@@ -31,6 +31,8 @@ from das.runs.audit import md_escape  # noqa: E402
 from das.runs.ledger import LedgerUnavailable, open_ledger  # noqa: E402
 from das.runs.policy import RunRefused  # noqa: E402
 from tasks.artifacts import artifact_key  # noqa: E402
+from tasks.run_tags import REFUSED as REFUSED_TAG  # noqa: E402
+from tasks.run_tags import WAITING, retag  # noqa: E402
 
 REFUSED = "Refused"
 _REFUSALS: set[str] = set()  # the messages of this process's refusals
@@ -57,22 +59,33 @@ WHERE = {
 
 
 def refusal_markdown(product: str, refusal: RunRefused, context: str, run_id: str | None) -> str:
-    """What was refused, why, that nothing was drawn, and what to do (no data values)."""
+    """What was refused, why, that nothing was drawn, and what to do, as paragraphs that read
+    without scrolling (a table cell cut the reason off); no data values."""
     step = None if refusal.remedy is None else refusal.remedy.for_context(context)
-    lines = [
+    if step is None:
+        step = (
+            "start a new custom run with the parameters changed as the reason says (a Retry "
+            "would run with the same parameters and be refused again)"
+            if context == "deployment"
+            else "run again with the cause named above removed"
+        )
+    return "\n".join([
         f"# {md_escape(product)} run {md_escape(run_id or '')}: REFUSED",
         "",
         "**Nothing was drawn**: no privacy budget was spent by this run, and no release was "
         "written.",
         "",
-        "| | |",
-        "|---|---|",
-        f"| why | {md_escape(refusal)} |",
-        f"| started from | {WHERE.get(context, context)} |",
-        f"| next step | {md_escape(step) if step else 'fix the cause above, then run again'} |",
+        "## Why",
         "",
-    ]
-    return "\n".join(lines)
+        md_escape(refusal),
+        "",
+        "## Next step",
+        "",
+        md_escape(step),
+        "",
+        f"*Started from {WHERE.get(context, context)}.*",
+        "",
+    ])  # fmt: skip
 
 
 def released(record: dict[str, Any]) -> State:
@@ -102,4 +115,9 @@ def refused(product: str, refusal: RunRefused, context: str, run_id: str | None)
         ledger.record_event("refused", {"product": product, "reason": str(refusal)}, None, run_id)
     except (RunRefused, LedgerUnavailable):
         pass  # the ledger itself is what was refused: nothing to record it in
+    # Prefect's UI colours a state by its type (Refused is Cancelled-type, grey): the tag
+    # tells a refusal apart from a cancellation in the run list.
+    from prefect.runtime import flow_run
+
+    retag(str(flow_run.id) if flow_run.id else None, add=[REFUSED_TAG], remove=[WAITING])
     return Cancelled(name=REFUSED, message=text)

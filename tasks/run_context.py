@@ -32,6 +32,7 @@ from tasks.artifacts import artifact_key, publish_audit_artifact, publish_privac
 from tasks.cluster import check_cluster_shares_run  # noqa: E402
 from tasks.ledger_witness import post_head, require_witnessed  # noqa: E402
 from tasks.progress import prefect_progress  # noqa: E402
+from tasks.run_tags import RESUMED, retag  # noqa: E402
 
 __all__ = [
     "PrefectHost",
@@ -96,16 +97,9 @@ class PrefectHost:
 
     def tag_attempt(self, attempt: int) -> None:
         """A resumed run carries ``attempt-N`` among its tags: the run list shows that this run
-        crashed or failed before and was resumed (best effort: a tag is information)."""
-        run_id = flow_run_id()
-        if attempt < 2 or run_id is None:
-            return
-        from prefect.client.orchestration import get_client
-
-        with contextlib.suppress(Exception), get_client(sync_client=True) as client:
-            tags = list(client.read_flow_run(run_id).tags or [])
-            extra = [f"attempt-{attempt}", "resumed"]
-            client.update_flow_run(run_id, tags=[*tags, *(t for t in extra if t not in tags)])
+        crashed or failed before and was resumed."""
+        if attempt >= 2:
+            retag(flow_run_id(), add=[f"attempt-{attempt}", RESUMED])
 
     def await_approval(self, run: ReleaseRun, request: Approval) -> None:
         from tasks.approval import await_approval

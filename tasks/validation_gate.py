@@ -85,7 +85,7 @@ def validation_gate(run: ReleaseRun) -> None:
         publish_validation_verdict(run.product, summary)
         run.ledger.record_validation_of(
             run.product, run.inputs.confidential, outcome.fingerprints,
-            run.sealed.sha256("config.json"), summary, run.run_id,
+            run.sealed.sha256("config.json"), summary, run.run_id, run.signer,
         )  # fmt: skip
         if not summary["ok"]:
             raise ValidationFailed(

@@ -28,11 +28,17 @@ from prefect.client.schemas.filters import (  # noqa: E402
 from prefect.client.schemas.sorting import ArtifactSort  # noqa: E402
 from prefect.testing.utilities import prefect_test_harness  # noqa: E402
 
+# The harness starts a server process that imports Prefect's server and migrates a new
+# database: about 20 s on an idle 2-core machine, several minutes when the integration tier's
+# two workers start theirs while the e2e servers start alongside (.ci/test) on a loaded one.
+# 120 s was too short there (every test of the worker then errors); a hang is still caught.
+SERVER_STARTUP_SECONDS = 480
+
 
 @pytest.fixture(scope="session")
 def prefect_server():
-    """A temporary Prefect API and database for the whole session."""
-    with prefect_test_harness(server_startup_timeout=120):
+    """A temporary Prefect API and database for the whole session (one per xdist worker)."""
+    with prefect_test_harness(server_startup_timeout=SERVER_STARTUP_SECONDS):
         yield
 
 

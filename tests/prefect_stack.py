@@ -414,3 +414,63 @@ def first_runs(prefect_stack: PrefectStack) -> dict[str, str]:
     for flow_run_id in runs.values():
         prefect_stack.wait(flow_run_id)
     return runs
+
+
+TERMINAL_STATES = {"COMPLETED", "FAILED", "CRASHED", "CANCELLED"}
+
+
+def flow_process(stack: PrefectStack, flow_run_id: str) -> Any:
+    """The flow run's process (``psutil.Process``), once the worker has recorded it."""
+    import psutil
+
+    deadline = time.monotonic() + 60
+    while time.monotonic() < deadline:
+        pid = stack.flow_run(flow_run_id).get("infrastructure_pid")
+        if pid:
+            return psutil.Process(int(str(pid).rsplit(":", 1)[-1]))
+        time.sleep(0.2)
+    raise TimeoutError("the worker never recorded the flow run's process id")
+
+
+def paused(stack: PrefectStack, flow_run_id: str, timeout: float = 600) -> dict[str, Any]:
+    """Wait until the run pauses for its spend approval; the run."""
+    state = stack.wait(flow_run_id, {"PAUSED", *TERMINAL_STATES}, timeout=timeout)
+    assert state == "PAUSED", (state, stack.log_tail("worker"))
+    return stack.flow_run(flow_run_id)
+
+
+@pytest.fixture(scope="session")
+def refused_run(prefect_stack: PrefectStack, first_runs: dict[str, str]) -> str:
+    """A second PHSafe (US) release, after the first one spent the approval ``das deploy
+    --local`` signed: it pauses for its approvers' signatures and *Resume* with reject ends it
+    Refused. Its flow-run id (a session fixture: every test that needs a refused run, the
+    browser's run list among them, gets this one, whichever runs first)."""
+    stack = prefect_stack
+    rejected = stack.trigger("phsafe/phsafe-us")
+    paused(stack, rejected)
+    stack.resume_as_the_ui_does(
+        rejected, {"decision": "reject", "name": "release manager", "reason": "not this week"}
+    )
+    assert stack.wait(rejected) == "CANCELLED"
+    return rejected
+
+
+@pytest.fixture(scope="session")
+def crashed_run(prefect_stack: PrefectStack, first_runs: dict[str, str]) -> str:
+    """A run that ended Crashed: one already on the server (test_e2e_prefect's lost host, when
+    it ran first in this session), else a PHSafe (PR) release whose flow process is killed
+    (SIGKILL) once it runs: it ends Crashed, and the worker says it released the run. Its
+    flow-run id."""
+    stack = prefect_stack
+    body = {"flow_runs": {"state": {"type": {"any_": ["CRASHED"]}}}}
+    found = stack.request("POST", "/flow_runs/filter", body)
+    if found:
+        return found[0]["id"]
+    crashed = stack.trigger("phsafe/phsafe-pr")
+    process = flow_process(stack, crashed)
+    stack.wait(crashed, {"RUNNING", *TERMINAL_STATES}, timeout=300)
+    killed_at = time.time()
+    os.kill(process.pid, signal.SIGKILL)
+    assert stack.wait(crashed, timeout=300) == "CRASHED"
+    stack.wait_for_worker_release(crashed, killed_at)
+    return crashed

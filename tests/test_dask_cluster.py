@@ -210,9 +210,17 @@ def cluster(tmp_path: Path):
     assert left == [], f"processes left behind by the cluster: {left}"
 
 
-def _das_on_cluster(cluster: OperatorCluster, *args: str) -> subprocess.Popen:
-    """``das run ...`` in its own process, its tasks on the cluster (as an operator runs it)."""
-    env = {**os.environ, "PREFECT_API_URL": _api_url(), "DAS_DASK_ADDRESS": cluster.address}
+def _das_on_cluster(
+    cluster: OperatorCluster, *args: str, env: dict[str, str] | None = None
+) -> subprocess.Popen:
+    """``das run ...`` in its own process, its tasks on the cluster (as an operator runs it);
+    ``env`` adds to the environment."""
+    env = {
+        **os.environ,
+        "PREFECT_API_URL": _api_url(),
+        "DAS_DASK_ADDRESS": cluster.address,
+        **(env or {}),
+    }
     env.pop("DAS_TASK_RUNNER", None)
     return subprocess.Popen(
         [sys.executable, "-m", "das", *args],
@@ -231,11 +239,13 @@ def _finished(process: subprocess.Popen) -> str:
 
 
 def _release(output: Path) -> dict[str, bytes]:
-    """Every file of a release but the audit and manifest (timings, paths and run ids)."""
+    """Every file of a release but the audit, manifest and certificate (timings, paths and run
+    ids)."""
     return {
         path.relative_to(output).as_posix(): path.read_bytes()
         for path in sorted(output.rglob("*"))
-        if path.is_file() and path.name not in ("audit.json", "MANIFEST.json")
+        if path.is_file()
+        and path.name not in ("audit.json", "MANIFEST.json", "CERTIFICATE.intoto.json")
     }
 
 
@@ -401,6 +411,7 @@ def test_a_worker_that_does_not_see_the_run_folder_is_refused_before_any_draw(
     process = _das_on_cluster(
         cluster, "run", "safetab-p", "--config", str(config), "--data", str(TOY),
         "--output", str(output), "--seed", SEED, "--run-id", "r",
+        env={"DAS_STATE_DIR": str(private / "state")},  # the run's state on that disk too
     )  # fmt: skip
     out, err = process.communicate(timeout=RUN_SECONDS)
     assert process.returncode == 2, out + err
@@ -408,7 +419,7 @@ def test_a_worker_that_does_not_see_the_run_folder_is_refused_before_any_draw(
     assert "not on a shared file system" in err, err[-1500:]
     assert "Traceback" not in err
     assert [e for e in cluster.events() if e["event"] == "fresh"] == []
-    assert list(RunFolder(output, "r").noise_dir.glob("*.npy")) == []
+    assert list(RunFolder(output, "r", private / "state").noise_dir.glob("*.npy")) == []
     assert not output.exists()
 
 

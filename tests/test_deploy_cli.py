@@ -59,3 +59,32 @@ def test_local_inputs_are_laid_out_as_the_deployments_expect(
     before = (safetab / "input" / "person-records.txt").stat().st_mtime_ns
     deploy.prepare_local_inputs(tmp_path)  # kept when present
     assert (safetab / "input" / "person-records.txt").stat().st_mtime_ns == before
+    (tmp_path / "swap" / "input" / "units.csv").unlink()  # one product incomplete: it alone
+    deploy.prepare_local_inputs(tmp_path)
+    assert layout_problems(tmp_path, PRODUCTS) == [] and not (tmp_path / ".synth").exists()
+    assert (safetab / "input" / "person-records.txt").stat().st_mtime_ns == before
+
+
+def test_the_summary_prints_only_commands_that_authenticate(tmp_path: Path) -> None:
+    """Prefect's own hints (`prefect worker start ...`) fail against the authenticated server:
+    every command of the summary is `das prefect ...` (the e2e test runs each one)."""
+    from das.heartbeats import Liveness
+    from flows.crash_detection import Ensured
+
+    names = [("safetab-p/safetab-p-us-pr", True), ("validate/validate-safetab-p", False)]
+    ensured = Ensured("created", "id", 90)
+    text = deploy.summary(names, ensured, Liveness(30, 90), tmp_path)
+    commands = [line.strip() for line in text.splitlines() if line.startswith("  ") and
+                " prefect " in line]  # fmt: skip
+    das_script = deploy.das_command(tmp_path)
+    assert commands[0] == f"{das_script} prefect worker start --pool {deploy.WORK_POOL}"
+    assert f"{das_script} prefect deployment run safetab-p/safetab-p-us-pr" in commands
+    assert all(command.startswith(f"{das_script} prefect ") for command in commands)
+    assert "safetab-p/safetab-p-us-pr    schedule registered inactive" in text
+    assert "no heartbeat for 90 s" in text and "das: crash runs that stop beating" in text
+
+
+def test_the_command_is_named_from_the_checkout() -> None:
+    repo = Path(__file__).resolve().parents[1]
+    script = deploy.das_command(repo)
+    assert script == ".venv/bin/das" or Path(script).is_absolute()

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import os
 import re
+import subprocess
 from pathlib import Path
 
 import pytest
@@ -157,7 +158,17 @@ def prefect_calls(monkeypatch: pytest.MonkeyPatch) -> list[tuple[str, ...]]:
         calls.append(args)
         return 0
 
+    def prefect_captured(*args: str, cwd: Path | None = None) -> subprocess.CompletedProcess:
+        calls.append(args)
+        return subprocess.CompletedProcess(args, 0, "", "")
+
+    from flows.crash_detection import Ensured
+
     monkeypatch.setattr(deploy, "prefect", prefect)
+    monkeypatch.setattr(deploy, "prefect_captured", prefect_captured)
+    monkeypatch.setattr(deploy, "watch_for_crashes", lambda settings: Ensured("created", "", 90))
+    monkeypatch.setattr(deploy, "registered_deployments",
+                        lambda names: [(f"flow/{name}", False) for name in names])  # fmt: skip
     return calls
 
 
@@ -169,6 +180,7 @@ def test_an_empty_root_is_refused_and_nothing_registered(
     assert "nothing was registered" in err
     for relative in COMPLETE:
         assert f"  {tmp_path / relative}" in err
+    assert f"das layout --root {tmp_path} --safetab-p DIR --phsafe-us DIR" in err  # the way out
     assert prefect_calls == []
 
 

@@ -1,10 +1,11 @@
 """The Prefect UI of the e2e server in headless Chromium (Debian's ``chromium`` driven by
 Playwright; no browser download): the UI asks for the server's auth string and refuses a
 wrong one; logged in, the operator finds the release's flow run, its artifacts and the link to
-the validation report. Screenshots go to ``docs/screenshots/prefect/`` (or
-``$DAS_SCREENSHOTS``) for a person to look at.
+the validation report. Screenshots go to a temporary folder, or to ``docs/screenshots/prefect/``
+with ``DAS_REFRESH_SCREENSHOTS=1`` (or to ``$DAS_SCREENSHOTS``) for a person to look at.
 
-Run with ``pytest -m e2e`` (``.ci/e2e-prefect``), after the e2e runs of the same session.
+Run with ``pytest -m e2e`` (``.ci/e2e-prefect``); each test makes the runs it looks at
+(session fixtures of ``prefect_stack.py``, shared with the other e2e tests of the session).
 """
 
 from __future__ import annotations
@@ -14,7 +15,7 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
-from prefect_stack import REPO, PrefectStack
+from prefect_stack import PrefectStack
 
 pytestmark = [pytest.mark.e2e, pytest.mark.slow]
 
@@ -34,8 +35,10 @@ TALL = {"width": 1600, "height": 2400}
 
 
 @pytest.fixture(scope="module")
-def screenshots() -> Path:
-    folder = Path(os.environ.get("DAS_SCREENSHOTS", REPO / "docs" / "screenshots" / "prefect"))
+def screenshots(screenshots_root: Path) -> Path:
+    """docs/screenshots/prefect/ with DAS_REFRESH_SCREENSHOTS=1 (or $DAS_SCREENSHOTS), else a
+    temporary folder (tests/conftest.py)."""
+    folder = Path(os.environ.get("DAS_SCREENSHOTS", screenshots_root / "prefect"))
     folder.mkdir(parents=True, exist_ok=True)
     return folder
 
@@ -83,7 +86,9 @@ def test_the_ui_asks_for_the_auth_string(
     prefect_stack: PrefectStack, browser, screenshots: Path
 ) -> None:
     """Without credentials the UI's own API calls are refused (401) and it shows its login
-    form; a wrong auth string is refused; the right one opens the UI."""
+    form; at the address `das prefect server start` prints (/login) without the notice
+    "Authentication failed" the front page raises; a wrong auth string is refused; the right
+    one opens the UI."""
     stack = prefect_stack
     context = browser.new_context(viewport=VIEWPORT)
     try:
@@ -98,10 +103,21 @@ def test_the_ui_asks_for_the_auth_string(
         page.goto(f"{stack.ui_url}/runs", wait_until="domcontentloaded")
         _password_field(page).wait_for(timeout=60_000)
         assert "/login" in page.url
-        page.wait_for_load_state("networkidle")
+        page.get_by_text("Authentication failed.").first.wait_for(timeout=30_000)
+
+        first_visit = browser.new_context(viewport=VIEWPORT)  # a browser that never came
+        login = first_visit.new_page()
+        login.goto(f"{stack.ui_url}/login", wait_until="domcontentloaded")
+        _password_field(login).wait_for(timeout=60_000)
+        login.wait_for_load_state("networkidle")
+        # Prefect's notice for its first refused call (README, Authentication): once it shows,
+        # the login check has been answered, and no "Authentication failed" came with it.
+        login.get_by_text("Oops. Something went wrong.").first.wait_for(timeout=30_000)
+        assert login.get_by_text("Authentication failed.").count() == 0
+        login.screenshot(path=screenshots / "00-login.png")
+        first_visit.close()
         anonymous = [(status, url) for status, url in answers if not url.endswith("/health")]
         assert anonymous and {status for status, _ in anonymous} == {401}, anonymous
-        page.screenshot(path=screenshots / "00-login.png")
 
         _log_in(page, stack, "das-e2e:not-the-password")
         page.get_by_text("Authentication failed.").last.wait_for(timeout=30_000)
@@ -142,6 +158,11 @@ def test_operator_finds_the_run_its_artifacts_and_the_report(
     page.get_by_text("Artifacts", exact=True).first.click()
     page.get_by_text("safetab-p-audit").first.wait_for(timeout=30_000)
     page.screenshot(path=screenshots / "03-safetab-p-artifacts.png")
+    # The progress artifact's card draws its description's bar (tasks/progress.py), full.
+    bar = page.locator("progress").first
+    assert bar.get_attribute("value") == "100" and bar.is_visible()
+    bar.scroll_into_view_if_needed()
+    page.screenshot(path=screenshots / "12-progress-artifact.png")
 
     artifacts = {a["key"]: a for a in stack.artifacts(release["id"]) if a.get("key")}
     shots = {
@@ -180,14 +201,13 @@ def test_operator_finds_the_run_its_artifacts_and_the_report(
 
 
 def test_the_run_list_tells_a_refused_run_from_a_crashed_one(
-    prefect_stack: PrefectStack, page, screenshots: Path
+    prefect_stack: PrefectStack, crashed_run: str, refused_run: str, page, screenshots: Path
 ) -> None:
-    """After the e2e runs: a refused (rejected approval) and a crashed (killed) run show in the
-    run list with their own state badges; the release run's page leads with its progress and
-    release artifacts."""
+    """A refused (rejected approval: ``refused_run``) and a crashed (killed: ``crashed_run``)
+    run show in the run list with their own state badges; the release run's page leads with
+    its progress and release artifacts."""
     stack = prefect_stack
-    body = {"flow_runs": {"state": {"name": {"any_": ["Crashed", "Refused"]}}}}
-    runs = {run["state"]["name"]: run for run in stack.request("POST", "/flow_runs/filter", body)}
+    runs = {run["state"]["name"]: run for run in map(stack.flow_run, (crashed_run, refused_run))}
     assert set(runs) == {"Crashed", "Refused"}, runs
     _open(page, f"{stack.ui_url}/runs", runs["Refused"]["name"])
     page.get_by_text(runs["Crashed"]["name"]).first.wait_for(timeout=60_000)

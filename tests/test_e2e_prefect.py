@@ -17,12 +17,25 @@ import re
 import signal
 import subprocess
 import time
+from dataclasses import dataclass
 from pathlib import Path
 
 import httpx
 import psutil
 import pytest
-from prefect_stack import AUTH_USER, VENV_BIN, PrefectStack, epoch, run_folder, write_secret
+from prefect_stack import (
+    AUTH_USER,
+    REPO,
+    TERMINAL_STATES,
+    VENV_BIN,
+    PrefectStack,
+    epoch,
+    flow_process,
+    paused,
+    run_folder,
+    start_worker,
+    write_secret,
+)
 
 from das.prefect_auth import basic_authorization
 from das.runs.ledger import LedgerStore, PrivacyLedger
@@ -43,6 +56,103 @@ def outside_production(ledger: Path) -> dict:
 
 def artifact_keys(stack: PrefectStack, flow_run_id: str) -> dict[str, dict]:
     return {a["key"]: a for a in stack.artifacts(flow_run_id) if a.get("key")}
+
+
+@dataclass
+class LostHost:
+    """The runs of a host lost mid-measure (see :func:`lost_host`)."""
+
+    deployment_run: str  # a SafeTab-P deployment run: its worker and flow process killed
+    drawn: set[str]  # the noise files its ledger had recorded at the kill
+    ledger: PrivacyLedger  # its own (the run is outside production)
+    output: Path
+    killed_at: float  # epoch seconds
+    das_run: str  # a `das run phsafe` against the server, killed with SIGKILL
+    das_killed_at: float
+
+
+def _recorded_draws(ledger: PrivacyLedger, run: str) -> set[str]:
+    """The noise files the run's ledger records as drawn; none before the run created it (a
+    ledger opened here first would be an empty file, which the run refuses as truncated)."""
+    path = ledger.store.path
+    if path is None or not path.is_file() or path.stat().st_size == 0:
+        return set()
+    try:
+        return {record.file for record in ledger.draws(run).values()}
+    except Exception:  # the run not in it yet
+        return set()
+
+
+@pytest.fixture(scope="module")
+def lost_host(prefect_stack: PrefectStack) -> LostHost:
+    """A host lost mid-measure, both ways a run starts: a deployment run whose worker and then
+    flow process (with its Dask workers) are killed with SIGKILL once its ledger recorded a
+    draw, and a `das run` against the server killed with SIGKILL (its whole process group)
+    once it drew. Nothing is left to report either run's end; the worker is started again, as
+    an operator would, and knows nothing of the lost run. The tests that follow wait for the
+    server to notice."""
+    stack = prefect_stack
+    folder = stack.base / "lost-host"
+    folder.mkdir()
+    output = folder / "output"
+    ledger = PrivacyLedger(LedgerStore.in_directory(folder / "ledger"))
+    run = stack.trigger(SAFETAB, {"output": str(output)}, outside_production(folder / "ledger"))
+    config = stack.root / "phsafe" / "pr"
+    das_output = folder / "das-run"
+    das_state = folder / "das-run-state"  # its run folders (DAS_STATE_DIR)
+    das_run = subprocess.Popen(
+        [str(VENV_BIN / "das"), "run", "phsafe", "--config", str(config / "config.json"),
+         "--data", str(config / "input"), "--output", str(das_output), "--seed", "5",
+         "--ledger", str(folder / "das-run-ledger")],  # its own: the spend it holds stays there
+        cwd=stack.base, env={**stack.env, "DAS_STATE_DIR": str(das_state)},
+        stdout=(folder / "das-run.log").open("ab"),
+        stderr=subprocess.STDOUT, start_new_session=True,
+    )  # fmt: skip
+    try:
+        flow = flow_process(stack, run)
+        worker = psutil.Process(stack.processes["worker"].pid)
+        deadline = time.monotonic() + 600
+        drawn: set[str] = set()
+        das_run_id: str | None = None
+        killed_at = das_killed_at = 0.0
+        while not drawn:
+            assert time.monotonic() < deadline, "no draw within 10 minutes"
+            assert stack.state(run) not in TERMINAL_STATES, stack.log_tail("worker")
+            if das_run_id is None:  # the `das run` first, then the host, the last thing here
+                folders = sorted(p for p in (das_state / "runs").glob("*") if p.is_dir())
+                if folders and list((folders[0] / "noise").glob("*.npy")):
+                    os.killpg(das_run.pid, signal.SIGKILL)
+                    das_run_id, das_killed_at = folders[0].name, time.time()
+                log = (folder / "das-run.log").read_text()[-3000:]
+                assert das_run_id or das_run.poll() is None, log
+            elif drawn := _recorded_draws(ledger, run):
+                family = flow.children(recursive=True)
+                worker.kill()  # the host goes: its worker first, then the flow process
+                flow.kill()
+                for process in family:
+                    with contextlib.suppress(psutil.NoSuchProcess):
+                        process.kill()
+                killed_at = time.time()
+            time.sleep(0.1)
+    finally:
+        with contextlib.suppress(ProcessLookupError):
+            os.killpg(das_run.pid, signal.SIGKILL)  # on failure too: nothing left running
+        das_run.wait(timeout=60)
+        if stack.processes["worker"].poll() is not None:
+            start_worker(stack)  # as an operator would; it knows nothing of the lost run
+    assert das_run_id is not None
+    return LostHost(run, drawn, ledger, output, killed_at, das_run_id, das_killed_at)
+
+
+def test_a_lost_host_leaves_its_runs_running(
+    prefect_stack: PrefectStack, lost_host: LostHost
+) -> None:
+    """First, while nothing else runs: a host is lost (the fixture). Nothing reports the end
+    of its deployment run, and the restarted worker knows nothing of it: it still shows
+    Running. The server notices only from the heartbeats' silence, checked at the end of this
+    module (test_a_lost_hosts_run_is_crashed...), so the other tests run meanwhile."""
+    assert time.time() - lost_host.killed_at < 30  # within the automation's window
+    assert prefect_stack.state(lost_host.deployment_run) == "RUNNING"
 
 
 def test_first_runs_complete(prefect_stack: PrefectStack, first_runs: dict[str, str]) -> None:
@@ -124,16 +234,7 @@ def _release(output: Path) -> dict[str, bytes]:
     }
 
 
-def _flow_process(stack: PrefectStack, flow_run_id: str) -> psutil.Process:
-    deadline = time.monotonic() + 60
-    while time.monotonic() < deadline:
-        pid = stack.flow_run(flow_run_id).get("infrastructure_pid")
-        if pid:
-            return psutil.Process(int(str(pid).rsplit(":", 1)[-1]))
-        time.sleep(0.2)
-    raise TimeoutError("the worker never recorded the flow run's process id")
-
-
+@pytest.mark.any_database  # states and a retry through the API: .ci/e2e-postgres leaves it out
 def test_killed_run_retried_from_the_ui_resumes_without_redraw(
     prefect_stack: PrefectStack, first_runs: dict[str, str]
 ) -> None:
@@ -142,7 +243,7 @@ def test_killed_run_retried_from_the_ui_resumes_without_redraw(
     seeded = {"seed": 11}
     killed_env = outside_production(stack.base / "killed" / "ledger")
     run = stack.trigger(SAFETAB, {"output": str(killed_out), **seeded}, killed_env)
-    process = _flow_process(stack, run)
+    process = flow_process(stack, run)
     deadline = time.monotonic() + 600
     while not _noise_files(stack, run):  # the first draw is persisted: the run is mid-measure
         assert stack.state(run) not in {"COMPLETED", "FAILED", "CRASHED"}, stack.state(run)
@@ -193,32 +294,24 @@ def test_killed_run_retried_from_the_ui_resumes_without_redraw(
     assert recorded <= final and not ({path.name for path in drawn} - recorded) & final
 
 
-def _paused(stack: PrefectStack, flow_run_id: str, timeout: float = 600) -> dict:
-    """Wait until the run pauses for its spend approval; the run."""
-    state = stack.wait(flow_run_id, {"PAUSED", *TERMINAL_STATES}, timeout=timeout)
-    assert state == "PAUSED", (state, stack.log_tail("worker"))
-    return stack.flow_run(flow_run_id)
-
-
-TERMINAL_STATES = {"COMPLETED", "FAILED", "CRASHED", "CANCELLED"}
-
-
 def test_a_second_release_waits_for_signatures_and_the_ledger_records_every_decision(
-    prefect_stack: PrefectStack, first_runs: dict[str, str]
+    prefect_stack: PrefectStack, first_runs: dict[str, str], request: pytest.FixtureRequest
 ) -> None:
     """The first release of each product spent the approval `das deploy --local` signed. A
     second one asks for an approval and pauses: the run's page shows the planned spend, the
     statement to sign, who may sign and how. *Resume* with a typed decision and no signature
     approves nothing (the run pauses again); a signature made with plain `ssh-keygen -Y sign`
     and pasted into the form lets it draw; *Resume* with reject ends a run Refused, recorded
-    with who (as typed) and why. The ledger then holds one completed run per release and
-    nothing spent by the refusal."""
+    with who (as typed) and why (``refused_run``). The ledger then holds one completed run per
+    release and nothing spent by the refusal."""
     import base64
 
     stack = prefect_stack
     approved = stack.trigger(SAFETAB)
-    rejected = stack.trigger("phsafe/phsafe-us")
-    run = _paused(stack, approved)
+    # The refused run (the session's: made now, while this one starts, unless an earlier
+    # test made it already).
+    rejected = request.getfixturevalue("refused_run")
+    run = paused(stack, approved)
     assert run["state"]["name"] == "Paused"
     assert "awaiting-approval" in run["tags"]  # the run list says who waits for an approver
     keyset = run["state"]["state_details"]["run_input_keyset"]
@@ -229,7 +322,7 @@ def test_a_second_release_waits_for_signatures_and_the_ledger_records_every_deci
     assert "0 of 1" in waiting["description"]
     # A typed decision is no approval: the run pauses again, nothing drawn.
     stack.resume_as_the_ui_does(approved, {"decision": "approve", "name": "Chief Privacy Officer"})
-    run = _paused(stack, approved)
+    run = paused(stack, approved)
     assert run["state"]["name"] == "Paused"
     # The approver signs the statement with OpenSSH alone and pastes the signature.
     encoded = re.search(r"echo (\S+) \| base64 -d", description).group(1)
@@ -243,11 +336,7 @@ def test_a_second_release_waits_for_signatures_and_the_ledger_records_every_deci
     assert stack.wait(approved) == "COMPLETED", stack.log_tail("worker")
     assert "awaiting-approval" not in stack.flow_run(approved)["tags"]
 
-    _paused(stack, rejected)
-    stack.resume_as_the_ui_does(
-        rejected, {"decision": "reject", "name": "release manager", "reason": "not this week"}
-    )
-    assert stack.wait(rejected) == "CANCELLED"
+    assert stack.state(rejected) == "CANCELLED"
     final = stack.flow_run(rejected)["state"]
     assert final["name"] == "Refused" and "rejected" in final["message"]
     refusal = artifact_keys(stack, rejected)["phsafe-refused"]
@@ -284,22 +373,21 @@ def test_a_second_release_waits_for_signatures_and_the_ledger_records_every_deci
     assert done.returncode == 0 and "PROVEN" in done.stdout, done.stdout + done.stderr
 
 
+@pytest.mark.any_database  # the worker's crash detection: .ci/e2e-postgres leaves it out
 def test_a_crashed_run_is_told_apart_from_a_refused_one(
-    prefect_stack: PrefectStack, first_runs: dict[str, str]
+    prefect_stack: PrefectStack, refused_run: str, lost_host: LostHost
 ) -> None:
-    """A flow process killed mid-run ends Crashed; a refusal ends Refused (Cancelled type):
-    the run list tells them apart at a glance (the browser test takes its picture)."""
+    """A run whose process died (the lost host's `das run`) ends Crashed; a refusal ends
+    Refused (``refused_run``, Cancelled type): the run list tells them apart at a glance (the
+    browser test takes its picture)."""
     stack = prefect_stack
-    crashed = stack.trigger("phsafe/phsafe-pr")
-    process = _flow_process(stack, crashed)
-    stack.wait(crashed, {"RUNNING", *TERMINAL_STATES}, timeout=300)
-    killed_at = time.time()
-    os.kill(process.pid, signal.SIGKILL)
-    assert stack.wait(crashed, timeout=300) == "CRASHED"
-    stack.wait_for_worker_release(crashed, killed_at)
+    assert stack.wait(lost_host.das_run, timeout=300) == "CRASHED"
+    assert stack.flow_run(refused_run)["state"]["type"] == "CANCELLED"
     body = {"flow_runs": {"state": {"name": {"any_": ["Crashed", "Refused"]}}}}
-    names = {run["state"]["name"] for run in stack.request("POST", "/flow_runs/filter", body)}
-    assert names == {"Crashed", "Refused"}
+    found = {
+        run["id"]: run["state"]["name"] for run in stack.request("POST", "/flow_runs/filter", body)
+    }
+    assert found[lost_host.das_run] == "Crashed" and found[refused_run] == "Refused"
 
 
 def test_a_resumed_run_says_so_and_its_page_says_where_the_release_is(
@@ -315,6 +403,9 @@ def test_a_resumed_run_says_so_and_its_page_says_where_the_release_is(
     assert artifacts["safetab-p-progress"]["type"] == "progress"
     assert artifacts["safetab-p-progress"]["data"] == 100.0
     assert str(release) in artifacts["safetab-p-progress"]["description"]
+    assert artifacts["safetab-p-progress"]["description"].startswith(
+        '<progress value="100" max="100"></progress> 100% · published'
+    )
     page = artifacts["safetab-p-release"]["data"]
     assert str(release / "MANIFEST.json") in page and "das ledger verify" in page
     assert "a private release" in page
@@ -478,3 +569,81 @@ def test_das_run_reports_to_the_authenticated_server(prefect_stack: PrefectStack
     tasks = stack.task_runs(runs[0]["id"])
     assert tasks and {task["state_type"] for task in tasks} == {"COMPLETED"}
     assert json.loads((output / "audit.json").read_text())["status"] == "succeeded"
+
+
+def test_a_lost_hosts_run_is_crashed_and_retry_resumes_it(
+    prefect_stack: PrefectStack, lost_host: LostHost
+) -> None:
+    """Nothing reports the end of a run whose host is gone: the server's automation marks it
+    Crashed once its heartbeats stop (within 3 minutes, saying why); the UI's Retry then
+    resumes it on the new worker and reuses every draw the ledger recorded."""
+    stack, run = prefect_stack, lost_host.deployment_run
+    assert stack.wait(run, timeout=300) == "CRASHED", stack.log_tail("worker")
+    state = stack.flow_run(run)["state"]
+    assert epoch(state["timestamp"]) - lost_host.killed_at < 180
+    assert state["message"].startswith("no heartbeat for 90 s: the flow process or its host")
+    assert "Retry resumes the run" in state["message"]
+
+    stack.retry_as_the_ui_does(run)
+    assert stack.wait(run) == "COMPLETED", stack.log_tail("worker")
+    audit = json.loads((lost_host.output / "audit.json").read_text())
+    assert audit["run_id"] == run and "resumed" in stack.flow_run(run)["tags"]
+    assert audit["draws"]["reused"] == len(lost_host.drawn) > 0  # nothing recorded is redrawn
+    assert lost_host.drawn <= _recorded_draws(lost_host.ledger, run)
+
+
+def test_a_killed_das_run_is_crashed(prefect_stack: PrefectStack, lost_host: LostHost) -> None:
+    """A `das run` whose process is killed (its terminal or machine gone) reports nothing
+    either: its run on the server ends Crashed the same way (resumed with --run-id)."""
+    stack, run = prefect_stack, lost_host.das_run
+    assert stack.wait(run, timeout=300) == "CRASHED"
+    state = stack.flow_run(run)["state"]
+    assert epoch(state["timestamp"]) - lost_host.das_killed_at < 180
+    assert "--run-id" in state["message"]
+
+
+def test_every_command_das_deploy_prints_works_as_printed(prefect_stack: PrefectStack) -> None:
+    """`das deploy` prints no command that fails: each one of its summary, run exactly as
+    printed from the checkout in the operator's environment, talks to the authenticated server
+    without a 401 (Prefect's own hints, plain `prefect ...`, are not printed). The work pool is
+    paused meanwhile, so that the runs they create never start; they are deleted afterwards
+    and the schedules paused again."""
+    import shlex
+
+    stack = prefect_stack
+    printed = (stack.base / "deploy.log").read_text()
+    assert "prefect worker start --pool 'das-enclave'" not in printed  # Prefect's own hint
+    lines = [line for line in printed.splitlines() if line.startswith("  ") and " prefect " in line]
+    commands = [shlex.split(line) for line in lines]
+    assert commands and all(argv[1] == "prefect" for argv in commands), lines
+    assert Path(commands[0][0]).name == "das" and commands[0][2:4] == ["worker", "start"]
+    das_script = REPO / commands[0][0]
+    assert das_script.is_file()
+    before = {run["id"] for run in stack.request("POST", "/flow_runs/filter", {})}
+    assert stack.prefect("work-pool", "pause", "das-enclave").returncode == 0
+    worker, *others = commands
+    log = stack.base / "printed-worker.log"
+    started = subprocess.Popen(worker, cwd=REPO, env=stack.env, stdout=log.open("ab"),
+                               stderr=subprocess.STDOUT, start_new_session=True)  # fmt: skip
+    try:
+        running = [subprocess.Popen(argv, cwd=REPO, env=stack.env, stdout=subprocess.PIPE,
+                                    stderr=subprocess.STDOUT, text=True)
+                   for argv in others]  # fmt: skip
+        for argv, process in zip(others, running, strict=True):
+            output, _ = process.communicate(timeout=300)
+            assert process.returncode == 0, (argv, output)
+            assert "401" not in output and "Traceback" not in output, (argv, output)
+        deadline = time.monotonic() + 120
+        while "started" not in log.read_text():
+            assert started.poll() is None and time.monotonic() < deadline, log.read_text()
+            time.sleep(0.5)
+        assert "401" not in log.read_text() and "Traceback" not in log.read_text()
+    finally:
+        os.killpg(started.pid, signal.SIGTERM)
+        started.wait(timeout=60)
+        stack.prefect("deployment", "schedule", "pause", "--all")
+        with stack.api as api:
+            for run in stack.request("POST", "/flow_runs/filter", {}):
+                if run["id"] not in before:
+                    api.delete(f"/flow_runs/{run['id']}", headers=stack.csrf_headers())
+        assert stack.prefect("work-pool", "resume", "das-enclave").returncode == 0

@@ -3,10 +3,12 @@ populations synthesized earlier in its workspace, a MOE target changes ρ and th
 calculator's values, a budget the engine cannot evaluate is reported next to its field, edits
 survive a reload until "Reset to preset", the exports are named by product and pass and pass
 `das budget report` with the same totals, the status line says what finished, and every panel
-is photographed (docs/screenshots/explorer/).
+is photographed (into a temporary folder; docs/screenshots/explorer/ with
+DAS_REFRESH_SCREENSHOTS=1).
 
 Needs Debian's chromium (/usr/bin/chromium) and Playwright for Python (dev extra); skips
-cleanly without them. Every request of the page must stay on 127.0.0.1 (offline page).
+without them (a skip CI turns into a failure). Every request of the page must stay on
+127.0.0.1 (offline page).
 """
 
 from __future__ import annotations
@@ -30,7 +32,6 @@ from explorer import populations
 
 REPO = Path(__file__).resolve().parents[1]
 CHROMIUM = Path("/usr/bin/chromium")
-SCREENSHOTS = Path(os.environ.get("DAS_EXPLORER_SCREENSHOTS", REPO / "docs/screenshots/explorer"))
 DEMO_SPECS = REPO / "data_specs" / "safetab_p" / "demo"
 PRESET = REPO / "data_specs" / "presets" / "production_2020" / "safetab_p" / "config.json"
 LAUNCH_ARGS = [
@@ -42,7 +43,6 @@ LAUNCH_ARGS = [
     "--host-resolver-rules=MAP * ~NOTFOUND, EXCLUDE 127.0.0.1",
 ]
 
-playwright_api = pytest.importorskip("playwright.sync_api", reason="playwright not installed")
 pytestmark = [
     pytest.mark.slow,
     pytest.mark.skipif(not CHROMIUM.is_file(), reason="Debian chromium not installed"),
@@ -113,8 +113,18 @@ def _export(page, button: str, folder: Path) -> Path:
     return path
 
 
-def test_explorer_in_chromium(explorer_url: str, tmp_path: Path) -> None:
-    SCREENSHOTS.mkdir(parents=True, exist_ok=True)
+@pytest.fixture
+def screenshots(screenshots_root: Path) -> Path:
+    """docs/screenshots/explorer/ with DAS_REFRESH_SCREENSHOTS=1 (or $DAS_EXPLORER_SCREENSHOTS),
+    else a temporary folder (tests/conftest.py)."""
+    folder = Path(os.environ.get("DAS_EXPLORER_SCREENSHOTS", screenshots_root / "explorer"))
+    folder.mkdir(parents=True, exist_ok=True)
+    return folder
+
+
+def test_explorer_in_chromium(explorer_url: str, tmp_path: Path, screenshots: Path) -> None:
+    # Inside the test, so that a missing Playwright is a skip CI turns into a failure.
+    playwright_api = pytest.importorskip("playwright.sync_api", reason="playwright not installed")
     requests: list[str] = []
     with playwright_api.sync_playwright() as driver:
         browser = driver.chromium.launch(executable_path=str(CHROMIUM), args=LAUNCH_ARGS)
@@ -137,9 +147,9 @@ def test_explorer_in_chromium(explorer_url: str, tmp_path: Path) -> None:
         assert _options(page, "#ph-trunc-population") == []
         assert "no PHSafe population" in page.locator("#ph-trunc-populations-note").inner_text()
         page.wait_for_timeout(500)
-        page.screenshot(path=str(SCREENSHOTS / "safetab-p.png"))
+        page.screenshot(path=str(screenshots / "safetab-p.png"))
         page.locator("#panel-safetab .plots").screenshot(
-            path=str(SCREENSHOTS / "safetab-p-plots.png")
+            path=str(screenshots / "safetab-p-plots.png")
         )
 
         # Change the 95% MOE target of (COUNTY, 2) from 11 to 12: ρ and the total follow.
@@ -179,7 +189,7 @@ def test_explorer_in_chromium(explorer_url: str, tmp_path: Path) -> None:
         assert page.locator("#stp-total-US").inner_text() == shown_total
         page.evaluate("window.scrollTo(0, 0)")  # the header too (the edited badge)
         page.wait_for_timeout(300)
-        page.screenshot(path=str(SCREENSHOTS / "field-error.png"))
+        page.screenshot(path=str(screenshots / "field-error.png"))
         before = page.evaluate("document.body.dataset.stpReady")
         budget.fill("0.159")
         budget.press("Enter")
@@ -220,7 +230,7 @@ def test_explorer_in_chromium(explorer_url: str, tmp_path: Path) -> None:
                 page.locator(f"#ph-total-{name}").inner_text()
             )
         assert "rename it config.json" in page.locator("#export-message").inner_text()
-        page.screenshot(path=str(SCREENSHOTS / "load-export.png"))
+        page.screenshot(path=str(screenshots / "load-export.png"))
         report = subprocess.run(
             [
                 sys.executable,
@@ -249,7 +259,7 @@ def test_explorer_in_chromium(explorer_url: str, tmp_path: Path) -> None:
         _wait_changed(page, "cmpReady", before)
         changed = page.locator("#cmp-table tr", has=page.locator("td.key", has_text="(COUNTY, 2)"))
         assert changed.locator("td.diff").count() >= 2
-        page.screenshot(path=str(SCREENSHOTS / "compare.png"))
+        page.screenshot(path=str(screenshots / "compare.png"))
 
         # PHSafe: 2020 US total (PR edited above); τ on a synthetic population.
         page.click("nav button[data-panel=phsafe]")
@@ -268,8 +278,8 @@ def test_explorer_in_chromium(explorer_url: str, tmp_path: Path) -> None:
         before = page.evaluate("document.body.dataset.truncReady || null")
         page.click("#ph-trunc-run")
         _wait_changed(page, "truncReady", before)
-        page.screenshot(path=str(SCREENSHOTS / "phsafe.png"))
-        page.locator("#panel-phsafe .plots").screenshot(path=str(SCREENSHOTS / "phsafe-plots.png"))
+        page.screenshot(path=str(screenshots / "phsafe.png"))
+        page.locator("#panel-phsafe .plots").screenshot(path=str(screenshots / "phsafe-plots.png"))
 
         # Simulate SafeTab-P on a synthetic population: progress, then results and plots.
         page.click("nav button[data-panel=simulate]")
@@ -289,7 +299,7 @@ def test_explorer_in_chromium(explorer_url: str, tmp_path: Path) -> None:
         status = page.locator("#sim-message").inner_text()
         assert re.fullmatch(r"SafeTab-P simulation finished: 2 replicates in \d+\.\d s", status)
         page.wait_for_timeout(500)  # the progress bar's 0.3 s transition to 100%
-        page.screenshot(path=str(SCREENSHOTS / "simulate.png"), full_page=True)
+        page.screenshot(path=str(screenshots / "simulate.png"), full_page=True)
 
         # Simulate PHSafe (engine + postprocessing) on the PHSafe population made above.
         page.select_option("#sim-product", "phsafe")
@@ -305,7 +315,7 @@ def test_explorer_in_chromium(explorer_url: str, tmp_path: Path) -> None:
         status = page.locator("#sim-message").inner_text()
         assert re.fullmatch(r"PHSafe US simulation finished: 1 replicate in \d+\.\d s", status)
         page.wait_for_timeout(500)
-        page.screenshot(path=str(SCREENSHOTS / "simulate-phsafe.png"), full_page=True)
+        page.screenshot(path=str(screenshots / "simulate-phsafe.png"), full_page=True)
 
         # Reset to preset: the 2020 totals again, nothing kept, also after a reload.
         before = page.evaluate("document.body.dataset.stpReady")

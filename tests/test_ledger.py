@@ -28,6 +28,7 @@ from das.runs.ledger import (
     release_anchor_problems,
 )
 from das.runs.ledger.approvals import APPROVAL_NAMESPACE, approval_statement
+from das.runs.ledger.run_signatures import RunSigner
 from das.runs.policy import Remedy, RunRefused
 from das.signing import canonical_json, generate_key
 from das.signing.sshsig import sign
@@ -51,6 +52,13 @@ def store(request: pytest.FixtureRequest, tmp_path: Path) -> LedgerStore:
 
 
 APPROVER: dict[str, Path] = {}  # ledger location -> its approver's key file
+RUNNER: dict[str, Path] = {}  # ledger location -> the run key its charter names
+
+
+def authorize(ledger: PrivacyLedger, run_id: str, dataset: str, **options) -> list:
+    """``ledger.authorize`` as a run does it: signed by the run key of the ledger's charter."""
+    key = RUNNER.get(ledger.location)
+    return ledger.authorize(run_id, dataset, signer=key and RunSigner(key), **options)
 
 
 @pytest.fixture
@@ -75,6 +83,7 @@ def chartered(store: LedgerStore, tmp_path: Path, quorum: int = 1) -> PrivacyLed
     approver.parent.mkdir(exist_ok=True)
     key = generate_key(approver, "approver")
     runner = generate_key(tmp_path / "keys" / "runner", "runner")
+    runner_key = tmp_path / "keys" / "runner"
     ledger_id = str(uuid.uuid4())
     statement = charter_statement(
         ledger_id=ledger_id, approvers=[key], quorum=quorum, runners=[runner],
@@ -83,6 +92,7 @@ def chartered(store: LedgerStore, tmp_path: Path, quorum: int = 1) -> PrivacyLed
     signature = sign(canonical_json(statement), CHARTER_NAMESPACE, approver)
     ledger = PrivacyLedger.initialize(store, ledger_id=ledger_id, charter=(statement, signature))
     APPROVER[ledger.location] = approver
+    RUNNER[ledger.location] = runner_key
     return ledger
 
 
@@ -235,24 +245,24 @@ def test_production_spends_only_what_a_person_approved_for_that_dataset(
     data = ledger.dataset_id("f" * 64)
     ledger.open_run(opening("a"))
     with pytest.raises(ApprovalRequired) as refused:
-        ledger.authorize("a", data, production=True)
+        authorize(ledger, "a", data, production=True)
     assert [p.cumulative for p in refused.value.passes] == [Fraction("4.944")]
     assert "ceiling 10" in str(refused.value)
     approval = approve(ledger, data)
     assert approval.passes["US"]["cumulative"] == "618/125"  # 4.944
-    assert [p.prior for p in ledger.authorize("a", data, production=True)] == [0]
+    assert [p.prior for p in authorize(ledger, "a", data, production=True)] == [0]
     assert ledger.run("a").approval == approval.approval_id
     # The approval is used: a second run on the same records needs its own.
     ledger.open_run(opening("b"))
     with pytest.raises(ApprovalRequired, match=re.escape("earlier 4.944 + this run 4.944")):
-        ledger.authorize("b", data, production=True)
+        authorize(ledger, "b", data, production=True)
     # An approval of another dataset or another config does not count.
     approve(ledger, ledger.dataset_id("e" * 64))
     with pytest.raises(ApprovalRequired):
-        ledger.authorize("b", data, production=True)
+        authorize(ledger, "b", data, production=True)
     second = approve(ledger, data)
     assert second.passes["US"]["prior"] == "618/125"
-    passes = ledger.authorize("b", data, production=True)
+    passes = authorize(ledger, "b", data, production=True)
     assert passes[0].cumulative == Fraction("9.888") and passes[0].prior_runs == ("a",)
     assert ledger.totals(data) == {"US": {"zcdp": "9.888"}}
 
@@ -265,9 +275,9 @@ def test_an_approval_given_before_another_spend_no_longer_covers_the_new_total(
     approve(ledger, data)  # both approved against an earlier total of 0
     for run_id in ("a", "b"):
         ledger.open_run(opening(run_id))
-    ledger.authorize("a", data, production=True)
+    authorize(ledger, "a", data, production=True)
     with pytest.raises(ApprovalRequired):
-        ledger.authorize("b", data, production=True)  # 9.888 > the 4.944 approved
+        authorize(ledger, "b", data, production=True)  # 9.888 > the 4.944 approved
 
 
 def test_nothing_passes_the_ceiling_neither_an_approval_nor_a_run(plain: PrivacyLedger) -> None:
@@ -281,13 +291,13 @@ def test_nothing_passes_the_ceiling_neither_an_approval_nor_a_run(plain: Privacy
         approve(ledger, data, {"US": float("inf")})
     approve(ledger, data, {"US": Fraction(6)})
     ledger.open_run(opening("big", {"US": Fraction(6)}))
-    ledger.authorize("big", data, production=False)
+    authorize(ledger, "big", data, production=False)
     with pytest.raises(CeilingExceeded, match="ceiling of rho 10"):
         approve(ledger, data, {"US": Fraction(6)})  # 6 spent: another 6 would make 12
     # Outside production too: a private run's cumulative total stays under the ceiling.
     ledger.open_run(opening("more", {"US": Fraction(5)}))
     with pytest.raises(CeilingExceeded, match=re.escape("= 11")):
-        ledger.authorize("more", data, production=False, accepted={"US": Fraction(11)})
+        authorize(ledger, "more", data, production=False, accepted={"US": Fraction(11)})
 
 
 def test_outside_production_a_further_spend_needs_the_exact_cumulative_total(
@@ -297,47 +307,47 @@ def test_outside_production_a_further_spend_needs_the_exact_cumulative_total(
     data = ledger.dataset_id("f" * 64)
     for run_id in ("a", "b"):
         ledger.open_run(opening(run_id))
-    ledger.authorize("a", data, production=False)  # the first spend needs nothing
+    authorize(ledger, "a", data, production=False)  # the first spend needs nothing
     with pytest.raises(CumulativeSpendRequired) as refused:
-        ledger.authorize("b", data, production=False)
+        authorize(ledger, "b", data, production=False)
     # run a holds its spend but never published: resuming it, not a second spend, is the way
     assert "run a (safetab-p, authorized" in str(refused.value)
     assert "--run-id a" in refused.value.explained("cli")
     assert "--cumulative-total" not in refused.value.explained("cli")
     _publish(ledger, "a")
     with pytest.raises(CumulativeSpendRequired) as refused:
-        ledger.authorize("b", data, production=False)
+        authorize(ledger, "b", data, production=False)
     assert refused.value.explained("cli").endswith("--cumulative-total US=9.888")
     assert 'cumulative_total = {"US": "9.888"}' in refused.value.explained("deployment")
     with pytest.raises(CumulativeSpendRequired, match="does not match"):
-        ledger.authorize("b", data, production=False, accepted={"US": Fraction(9)})
+        authorize(ledger, "b", data, production=False, accepted={"US": Fraction(9)})
     with pytest.raises(CumulativeSpendRequired, match="does not have"):
-        ledger.authorize("b", data, production=False, accepted={"PR": Fraction(1)})
-    ledger.authorize("b", data, production=False, accepted={"US": Fraction("9.888")})
+        authorize(ledger, "b", data, production=False, accepted={"PR": Fraction(1)})
+    authorize(ledger, "b", data, production=False, accepted={"US": Fraction("9.888")})
 
 
 def test_pure_dp_and_zcdp_spends_compose_exactly(plain: PrivacyLedger) -> None:
     ledger = plain
     data = ledger.dataset_id("f" * 64)
     ledger.open_run(opening("pure", {"US": Fraction(2)}, definition="puredp"))
-    ledger.authorize("pure", data, production=False)
+    authorize(ledger, "pure", data, production=False)
     # ε = 2 pure DP is ρ = ε²/2 = 2 zCDP; the zCDP run adds 0.5.
     ledger.open_run(opening("z", {"US": Fraction(1, 2)}))
-    ledger.authorize("z", data, production=False, accepted={"US": Fraction("2.5")})
+    authorize(ledger, "z", data, production=False, accepted={"US": Fraction("2.5")})
     # Under pure DP a zCDP spend has no equivalent: the cumulative ε is infinite.
     ledger.open_run(opening("p2", {"US": Fraction(1)}, definition="puredp"))
     with pytest.raises(CeilingExceeded, match="Infinity"):
-        ledger.authorize("p2", data, production=False, accepted={"US": float("inf")})
+        authorize(ledger, "p2", data, production=False, accepted={"US": float("inf")})
 
 
 def test_an_infinity_run_leaves_no_room_for_a_private_release(plain: PrivacyLedger) -> None:
     ledger = plain
     data = ledger.dataset_id("f" * 64)
     ledger.open_run(opening("exact", {"US": float("inf")}, markers=("NOT-PRIVATE",)))
-    ledger.authorize("exact", data, production=False)  # golden tests: allowed, marked
+    authorize(ledger, "exact", data, production=False)  # golden tests: allowed, marked
     ledger.open_run(opening("finite"))
     with pytest.raises(CeilingExceeded, match="Infinity"):
-        ledger.authorize("finite", data, production=False, accepted={"US": float("inf")})
+        authorize(ledger, "finite", data, production=False, accepted={"US": float("inf")})
     assert ledger.totals(data) == {"US": {"zcdp": "Infinity"}}
 
 
@@ -347,11 +357,11 @@ def test_a_run_that_never_drew_returns_its_spend_one_that_drew_never_does(
     data = ledger.dataset_id("f" * 64)
     approval = approve(ledger, data)
     ledger.open_run(opening("a"))
-    ledger.authorize("a", data, production=True)
+    authorize(ledger, "a", data, production=True)
     assert ledger.release_reservation("a", "ValidationFailed")
     assert ledger.run("a").status == "released" and ledger.totals(data) == {}
     ledger.open_run(opening("b"))
-    ledger.authorize("b", data, production=True)  # the approval came back
+    authorize(ledger, "b", data, production=True)  # the approval came back
     assert ledger.run("b").approval == approval.approval_id
     ledger.start_drawing("b", 1)
     assert not ledger.release_reservation("b", "crash")  # it may have drawn
@@ -362,11 +372,11 @@ def test_a_run_bound_to_one_dataset_cannot_resume_on_other_records(plain: Privac
     ledger = plain
     data = ledger.dataset_id("f" * 64)
     ledger.open_run(opening("a"))
-    ledger.authorize("a", data, production=False)
+    authorize(ledger, "a", data, production=False)
     ledger.open_run(opening("a"))
-    assert ledger.authorize("a", data, production=False)[0].this_run == Fraction("4.944")
+    assert authorize(ledger, "a", data, production=False)[0].this_run == Fraction("4.944")
     with pytest.raises(LedgerRefused, match="read other records in an earlier attempt"):
-        ledger.authorize("a", ledger.dataset_id("e" * 64), production=False)
+        authorize(ledger, "a", ledger.dataset_id("e" * 64), production=False)
 
 
 def test_dataset_ids_are_keyed_by_the_ledger(tmp_path: Path, plain: PrivacyLedger) -> None:
@@ -386,7 +396,7 @@ def test_draws_are_charged_then_recorded_once_by_the_current_attempt_only(
     ledger = plain
     data = ledger.dataset_id("f" * 64)
     ledger.open_run(opening("a"))
-    ledger.authorize("a", data, production=False)
+    authorize(ledger, "a", data, production=False)
     with pytest.raises(DrawRefused, match="not drawing"):
         ledger.charge_draw("a", 1, "US/USA/1/stage-1")
     ledger.start_drawing("a", 1)
@@ -410,7 +420,7 @@ def test_a_run_seals_one_release_a_resume_may_publish_only_that_again(
     ledger = plain
     data = ledger.dataset_id("f" * 64)
     ledger.open_run(opening("a"))
-    ledger.authorize("a", data, production=False)
+    authorize(ledger, "a", data, production=False)
     ledger.start_drawing("a", 1)
     first = ledger.seal_release("a", "1" * 64)
     assert ledger.seal_release("a", "1" * 64) == first
@@ -441,7 +451,7 @@ def _spent_ledger(ledger: PrivacyLedger) -> str:
     data = ledger.dataset_id("f" * 64)
     approve(ledger, data)
     ledger.open_run(opening("a"))
-    ledger.authorize("a", data, production=True)
+    authorize(ledger, "a", data, production=True)
     return data
 
 
@@ -529,6 +539,7 @@ def _open_in_process(environ: dict[str, str], start, results) -> None:
         results.put((type(exc).__name__, str(exc)))
 
 
+@pytest.mark.integration  # processes racing to create one ledger
 def test_runs_that_find_no_ledger_at_once_create_one_ledger_together(
     store: LedgerStore, tmp_path: Path
 ) -> None:
@@ -562,18 +573,19 @@ def test_runs_that_find_no_ledger_at_once_create_one_ledger_together(
         assert oct((folder / store.path.name).stat().st_mode & 0o777) == "0o600"
 
 
-def _authorize_in_process(url: str, run_id: str, start, results) -> None:
+def _authorize_in_process(url: str, run_id: str, key: str, start, results) -> None:
     ledger = PrivacyLedger(LedgerStore(url))
     data = ledger.dataset_id("f" * 64)
     ledger.open_run(opening(run_id))
     start.wait()
     try:
-        ledger.authorize(run_id, data, production=True)
+        ledger.authorize(run_id, data, production=True, signer=RunSigner(Path(key)))
         results.put((run_id, "authorized"))
     except RunRefused:
         results.put((run_id, "refused"))
 
 
+@pytest.mark.integration  # two processes racing for one approval
 def test_two_processes_authorizing_at_once_use_one_approval_once(
     store: LedgerStore, ledger: PrivacyLedger
 ) -> None:
@@ -581,7 +593,10 @@ def test_two_processes_authorizing_at_once_use_one_approval_once(
     context = multiprocessing.get_context("spawn")
     start, results = context.Barrier(2), context.Queue()
     workers = [
-        context.Process(target=_authorize_in_process, args=(store.url, name, start, results))
+        context.Process(
+            target=_authorize_in_process,
+            args=(store.url, name, str(RUNNER[ledger.location]), start, results),
+        )
         for name in ("one", "two")
     ]
     for worker in workers:

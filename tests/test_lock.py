@@ -56,7 +56,7 @@ def test_lock_is_the_generated_one() -> None:
     options = tomllib.loads(PYPROJECT.read_text(encoding="utf-8"))["tool"]["pip-tools"]
     assert options["output-file"] == LOCK.name
     assert options["generate-hashes"] and options["allow-unsafe"] and options["all-build-deps"]
-    assert options["extra"] == ["dev"]
+    assert options["extra"] == ["dev", "docs"]  # the test tools and the documentation site
 
 
 def test_every_lock_entry_has_a_hash(lock: dict[str, tuple[Version, list[str]]]) -> None:

@@ -113,6 +113,7 @@ def test_das_prefect_server_refuses_to_start_without_auth(
     assert "without authentication" in capsys.readouterr().err
 
 
+@pytest.mark.integration  # the real `das` console script and the `prefect` it starts
 def test_das_prefect_hands_the_auth_string_to_prefect(tmp_path: Path) -> None:
     """The secret reaches the `prefect` process through its environment (never argv)."""
     env = {k: v for k, v in os.environ.items() if not k.startswith("PREFECT_")}
@@ -225,3 +226,67 @@ def test_das_run_stops_at_refused_credentials(
     err = capsys.readouterr().err
     assert err.startswith("das run: error: the Prefect server at") and "HTTP 401" in err
     assert not output.exists() and not (tmp_path / "out.das").exists()
+
+
+# -- the UI's login: the auth string to a clipboard, never to the screen ------------------------
+def _das_ui_login(tmp_path: Path, *args: str, terminal: bool) -> tuple[int, bytes]:
+    """`das ui-login ARGS` with stdout a pipe or a pseudo-terminal: (exit code, what it
+    wrote to stdout and stderr)."""
+    import pty
+
+    env = {k: v for k, v in os.environ.items() if not k.startswith(("PREFECT_", "TMUX"))}
+    env["DAS_PREFECT_AUTH_FILE"] = str(secret_file(tmp_path / "auth", AUTH + "\n"))
+    argv = [str(Path(sys.executable).with_name("das")), "ui-login", *args]
+    if not terminal:
+        done = subprocess.run(argv, env=env, capture_output=True, timeout=120)
+        return done.returncode, done.stdout + b"\0" + done.stderr
+    leader, follower = pty.openpty()
+    with subprocess.Popen(argv, env=env, stdin=follower, stdout=follower, stderr=follower,
+                          start_new_session=True) as process:  # fmt: skip
+        os.close(follower)
+        output = b""
+        with contextlib.suppress(OSError):  # EIO once the process has closed the terminal
+            while chunk := os.read(leader, 4096):
+                output += chunk
+        code = process.wait(timeout=120)
+    os.close(leader)
+    return code, output
+
+
+@pytest.mark.integration  # the console script in a pipe or a pseudo-terminal
+def test_ui_login_writes_the_auth_string_into_a_pipe_only(tmp_path: Path) -> None:
+    """`das ui-login | xclip ...`: the string alone, no newline, for the clipboard tool; on a
+    terminal it is refused and the secret never shown."""
+    code, output = _das_ui_login(tmp_path, terminal=False)
+    assert code == 0 and output == AUTH.encode() + b"\0"
+    code, output = _das_ui_login(tmp_path, terminal=True)
+    assert code == 2 and AUTH.encode() not in output
+    assert b"xclip -selection clipboard" in output
+
+
+@pytest.mark.integration  # the console script in a pipe or a pseudo-terminal
+def test_ui_login_osc52_sends_the_string_to_the_terminals_clipboard(tmp_path: Path) -> None:
+    """--osc52: the escape sequence that asks the terminal to copy (base64 of the string), not
+    the string itself; the terminal shows neither."""
+    code, output = _das_ui_login(tmp_path, "--osc52", terminal=True)
+    encoded = base64.b64encode(AUTH.encode()).decode().encode()
+    assert code == 0 and b"\x1b]52;c;" + encoded + b"\x07" in output
+    assert AUTH.encode() not in output
+
+
+@pytest.mark.parametrize(
+    ("args", "environ", "address"),
+    [
+        (["server", "start"], {}, "http://127.0.0.1:4200"),
+        (["server", "start", "--host", "0.0.0.0", "--port", "4300"], {}, "http://127.0.0.1:4300"),
+        (["server", "start", "--port=4400"], {"PREFECT_SERVER_API_HOST": "10.0.0.5"},
+         "http://10.0.0.5:4400"),
+        (["server", "start"], {"PREFECT_SERVER_API_PORT": "4500"}, "http://127.0.0.1:4500"),
+    ],
+)  # fmt: skip
+def test_server_start_names_the_login_page(args: list[str], environ: dict, address: str) -> None:
+    from das.cli.prefect_wrapper import login_hint, ui_address
+
+    assert ui_address(args, environ) == address
+    hint = login_hint(address, ".venv/bin/das")
+    assert f"{address}/login" in hint and "`.venv/bin/das ui-login | xclip" in hint

@@ -206,6 +206,7 @@ def test_nothing_outside_the_audit_imports_it() -> None:
     assert offenders == []
 
 
+@pytest.mark.integration  # a fresh interpreter: what importing `das` loads
 def test_the_das_command_loads_no_broken_copy() -> None:
     """Building the `das` parser (what `das run` does first) never imports the self-test."""
     import subprocess

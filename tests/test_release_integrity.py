@@ -19,6 +19,7 @@ import subprocess
 import sys
 import threading
 import time
+from dataclasses import replace
 from pathlib import Path
 
 import numpy as np
@@ -119,9 +120,10 @@ def _ledger_id(folder: Path) -> str:
     return PrivacyLedger(LedgerStore.in_directory(folder)).info().ledger_id
 
 
-def _approve(config: Path, data: Path, product: str = "safetab-p") -> None:
-    """The spend approved by the production ledger's approver (signed)."""
-    CHARTERS[os.environ["DAS_LEDGER_DIR"]].approve(config, data, product)
+def _approve(config: Path, data: Path, product: str = "safetab-p", *extra: str) -> None:
+    """The spend approved (signed) by the approver of the ledger DAS_LEDGER_DIR names."""
+    where = os.environ["DAS_LEDGER_DIR"]
+    replace(CHARTERS[where], ledger=Path(where)).approve(config, data, product, None, *extra)
 
 
 def _ledger() -> PrivacyLedger:
@@ -198,7 +200,7 @@ def test_production_draws_only_under_an_approval_and_names_the_command(
     assert _run(config, data, tmp_path / "one") == 2
     err = capfd.readouterr().err
     assert time.monotonic() - started < 15  # refused before a Prefect API is started
-    command = re.search(r"Next step: (das ledger approve .*)$", err.strip()).group(1)
+    command = re.search(r"Next step: .*(das ledger approve .*)$", err.strip()).group(1)
     assert f"--config {config}" in command and f"--ledger {ledger}" in command
     assert "Traceback" not in err and count_samples == []
     assert not (tmp_path / "one.das").exists()  # no leftover lock folder
@@ -473,10 +475,20 @@ def test_a_new_emptied_or_swapped_ledger_is_refused_not_read_as_no_spend(
     assert _run(config, data, releases / "{run_id}", "--run-id", "r2") == 2
     assert "never creates one implicitly" in capfd.readouterr().err
     assert not (tmp_path / "ledgr").exists()
-    # A fresh ledger made for the occasion, with a fresh approval: not the pinned ledger ...
+    # A fresh ledger made for the occasion, without a charter: no production ledger at all ...
     monkeypatch.setenv("DAS_LEDGER_DIR", str(tmp_path / "fresh"))
     assert das_main(["ledger", "init", "--ledger", str(tmp_path / "fresh")]) == 0
-    _approve(config, data)
+    assert _run(config, data, releases / "{run_id}", "--run-id", "r2") == 2
+    assert "has no charter" in capfd.readouterr().err
+    # ... and one chartered by the same approvers (who were told it is a second ledger): not
+    # the pinned ledger ...
+    shutil.rmtree(tmp_path / "fresh")
+    chartered = CHARTERS[str(ledger)]
+    assert das_main(["ledger", "init", "--ledger", str(tmp_path / "fresh"), "--approvers",
+                     str(chartered.public), "--quorum", "1", "--key",
+                     str(chartered.approvers[0]), "--new-history"]) == 0  # fmt: skip
+    CHARTERS[str(tmp_path / "fresh")] = chartered
+    _approve(config, data, "safetab-p", "--new-history")  # told: approved in another ledger
     assert _run(config, data, releases / "{run_id}", "--run-id", "r2") == 2
     assert "points at another ledger" in capfd.readouterr().err
     # ... and with the pin changed too, the release beside the output was recorded elsewhere.
@@ -544,6 +556,7 @@ def test_a_prefect_server_that_never_saw_the_ledger_vouches_for_nothing(
     refuses, outside production it is a notice, and verify fails."""
     import tasks.ledger_witness as witness
 
+    witness_recorded = witness._recorded
     ledger = _production(tmp_path, monkeypatch)
     config, data = _params(tmp_path, half=True), _data(tmp_path)
     _approve(config, data)
@@ -556,16 +569,27 @@ def test_a_prefect_server_that_never_saw_the_ledger_vouches_for_nothing(
     assert len(count_samples) == drawn and not (tmp_path / "second").exists()
     assert das_main(["ledger", "verify", "--ledger", str(ledger)]) == 1
     assert "holds no head of ledger" in capfd.readouterr().out
+    # DAS_PRODUCTION unset changes nothing: a chartered ledger is production by itself.
     monkeypatch.delenv("DAS_PRODUCTION")
-    assert _run(config, data, tmp_path / "third", "--cumulative-total", "US=6.27") == 0
-    (notice,) = _audit(tmp_path / "third")["privacy_ledger"]["notices"]
+    assert _run(config, data, tmp_path / "third", "--cumulative-total", "US=6.27") == 2
+    assert "refused under a chartered (production) ledger" in capfd.readouterr().err
+    # Outside production (a ledger without a charter) it is a notice, in the audit.
+    plain = tmp_path / "plain"
+    monkeypatch.setattr(witness, "_recorded", witness_recorded)
+    monkeypatch.setenv("DAS_LEDGER_DIR", str(plain))
+    monkeypatch.delenv("DAS_LEDGER_ID")
+    assert das_main(["ledger", "init", "--ledger", str(plain)]) == 0
+    assert _run(config, data, tmp_path / "elsewhere" / "fourth") == 0
+    monkeypatch.setattr(witness, "_recorded", lambda like: iter(()))  # the other server
+    fifth = tmp_path / "elsewhere" / "fifth"
+    assert _run(config, data, fifth, "--cumulative-total", "US=6.27") == 0
+    (notice,) = _audit(fifth)["privacy_ledger"]["notices"]
     assert "holds no head of ledger" in notice
     # A run outside production needs no approval: its audit and ledger entry say so.
     assert _audit(tmp_path / "first")["privacy_ledger"]["production"] is True
-    assert _audit(tmp_path / "third")["privacy_ledger"]["production"] is False
+    assert _audit(fifth)["privacy_ledger"]["production"] is False
     with _ledger().store.transaction() as db:
-        (entry,) = db.entries(run_id=_audit(tmp_path / "third")["run_id"],
-                              kinds=("spend-authorized",))  # fmt: skip
+        (entry,) = db.entries(run_id=_audit(fifth)["run_id"], kinds=("spend-authorized",))
     assert entry.payload["production"] is False
 
 
@@ -729,14 +753,50 @@ def _das_process(*args: str, env_extra: dict[str, str] | None = None, patch: str
     )
 
 
-SLOW_MEASURE = """
-import time, tasks.safetab_p as t
+# A run that reaches its first measurement says so (a file named by its process id in the
+# folder DAS_TEST_GATE) and waits there until the test creates ``go``: the test holds one run
+# mid-measurement while the other meets it, so the two really overlap.
+GATED_MEASURE = """
+import os, pathlib, time, tasks.safetab_p as t
 _measure = t.measure_level_streamed
+_gate = pathlib.Path(os.environ["DAS_TEST_GATE"])
 def measure_level_streamed(*args, **kwargs):
-    time.sleep(1.0)
+    (_gate / f"measuring-{os.getpid()}").touch()
+    deadline = time.monotonic() + 300
+    while not (_gate / "go").exists():
+        if time.monotonic() > deadline:
+            raise RuntimeError("the test never opened the gate")
+        time.sleep(0.05)
     return _measure(*args, **kwargs)
 t.measure_level_streamed = measure_level_streamed
 """
+
+
+def _race(tmp_path: Path, *argvs: list[str]) -> tuple[list[subprocess.Popen], list[tuple]]:
+    """Start one ``das`` process per argv (GATED_MEASURE), wait until the first one ends, and
+    check that it ended while another was held mid-measurement (the overlap happened, and
+    the one that ended never measured); then open the gate. The processes (the one that ended
+    first last) and their (stdout, stderr)."""
+    gate = tmp_path / "gate"
+    gate.mkdir()
+    env = {"DAS_TEST_GATE": str(gate)}
+    processes = [_das_process(*argv, patch=GATED_MEASURE, env_extra=env) for argv in argvs]
+    try:
+        deadline = time.monotonic() + 300
+        while not (ended := [p for p in processes if p.poll() is not None]):
+            measuring = sorted(path.name for path in gate.glob("measuring-*"))
+            assert len(measuring) < 2, f"both runs reached their measurements: {measuring}"
+            assert time.monotonic() < deadline, "neither run ended while the other was held"
+            time.sleep(0.1)
+        (first,) = ended
+        (held,) = [p for p in processes if p is not first]
+        assert [path.name for path in gate.iterdir()] == [f"measuring-{held.pid}"]
+    finally:
+        (gate / "go").touch()
+    results = [p.communicate(timeout=300) for p in processes]
+    order = [processes.index(held), processes.index(first)]
+    return [processes[i] for i in order], [results[i] for i in order]
+
 
 # The tables are in the staging folder, the release not yet published: the kill lands there.
 SLOW_WRITE = """
@@ -756,15 +816,13 @@ def test_two_concurrent_runs_on_one_output_one_wins_and_one_spend_is_recorded(
     config, data, out = _params(tmp_path), _data(tmp_path), tmp_path / "out"
     common = ["run", "safetab-p", "--config", str(config), "--data", str(data), "--output",
               str(out), "--skip-validation"]  # fmt: skip
-    processes = [_das_process(*common, patch=SLOW_MEASURE) for _ in range(2)]
-    results = [p.communicate(timeout=300) for p in processes]
-    codes = sorted(p.returncode for p in processes)
-    assert codes == [0, 2], results
-    refused = next(err for (_, err), p in zip(results, processes, strict=True) if p.returncode)
+    (winner, loser), results = _race(tmp_path, common, common)
+    assert [winner.returncode, loser.returncode] == [0, 2], results
+    refused = results[1][1]
     assert "REFUSED" in refused and "Traceback" not in refused
-    # ... for the output (being written, or released if the other started late), not for the
-    # ledger both created at once (tests/test_ledger.py)
-    assert "another run is writing this output" in refused or "--replace-release" in refused
+    # ... while the other was writing the output (held mid-measurement), not for the ledger
+    # both created at once (tests/test_ledger.py)
+    assert "another run is writing this output" in refused, refused
     spent = [r for r in _ledger().runs() if r.counting]
     assert [r.status for r in spent] == ["completed"]
     assert json.loads((out / "MANIFEST.json").read_text())["run_id"] == spent[0].run_id
@@ -784,13 +842,14 @@ def test_two_runs_on_the_same_records_at_once_in_two_processes_spend_once(
         PrivacyLedger.initialize(ledger.store)
         monkeypatch.setenv("DAS_LEDGER_URL", url)
     config, data = _params(tmp_path), _data(tmp_path)
-    processes = [
-        _das_process("run", "safetab-p", "--config", str(config), "--data", str(data),
-                     "--output", str(tmp_path / name), "--skip-validation", patch=SLOW_MEASURE)
+    argvs = [
+        ["run", "safetab-p", "--config", str(config), "--data", str(data),
+         "--output", str(tmp_path / name), "--skip-validation"]
         for name in ("a", "b")
     ]  # fmt: skip
-    results = [p.communicate(timeout=300) for p in processes]
-    assert sorted(p.returncode for p in processes) == [0, 2], results
+    (winner, loser), results = _race(tmp_path, *argvs)
+    assert [winner.returncode, loser.returncode] == [0, 2], results
+    assert "REFUSED" in results[1][1] and "Traceback" not in results[1][1], results[1][1]
     ledger = _ledger()
     assert len([r for r in ledger.runs() if r.counting]) == 1 and ledger.verify() == []
     if store == "postgresql":

@@ -6,17 +6,21 @@ code version a wheel reports, quickly, in the development install.
 
 from __future__ import annotations
 
+import importlib.util
+import shutil
 import zipfile
 from importlib.metadata import version
 from pathlib import Path
+from types import ModuleType
 
 import pytest
 
 import das.resources as resources
 import das.runs.audit as audit
 from das.cli.synth import DEFAULT_PHSAFE_CONFIG, DEFAULT_SAFETAB_P_SPECS
-from das.validation.suites import EXPECTATIONS_DIR, load_suite
+from das.validation.suites import EXPECTATIONS_DIR
 
+REPO = Path(__file__).resolve().parents[1]
 SPEC_FILES = {
     "config.json",
     "race-and-ethnicity-codes.txt",
@@ -34,11 +38,41 @@ def test_shipped_folders_hold_the_suites_and_demo_specs() -> None:
     assert resources.demo_specs("phsafe").parent.parent == resources.data_specs_dir()
 
 
-def test_readers_go_through_the_helper() -> None:
-    assert resources.expectations_dir() == EXPECTATIONS_DIR
-    assert load_suite("geo").name == "geo"
-    assert resources.demo_specs("safetab_p") == DEFAULT_SAFETAB_P_SPECS
-    assert resources.demo_specs("phsafe") / "config.json" == DEFAULT_PHSAFE_CONFIG
+def _fresh(module: str) -> ModuleType:
+    """``module`` executed anew from its file, as a separate module object (``sys.modules``
+    keeps the real one): its import-time constants are computed again."""
+    spec = importlib.util.find_spec(module)
+    assert spec is not None and spec.loader is not None
+    fresh = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(fresh)
+    return fresh
+
+
+def test_readers_go_through_the_helper(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """The readers' folders come from das.resources: with the shipped packages found elsewhere
+    (as a wheel's are), the suites and the demo specs are read from there, not from the
+    checkout."""
+    elsewhere = {"das.resources.expectations": tmp_path / "expectations",
+                 "das.resources.data_specs": tmp_path / "data_specs"}  # fmt: skip
+    shutil.copytree(EXPECTATIONS_DIR, elsewhere["das.resources.expectations"])
+    shutil.copytree(resources.data_specs_dir(), elsewhere["das.resources.data_specs"])
+    monkeypatch.setattr(resources, "files", lambda package: elsewhere[package])
+
+    suites = _fresh("das.validation.suites")
+    expectations = suites.EXPECTATIONS_DIR
+    assert expectations == tmp_path / "expectations"
+    assert suites.load_suite("geo").name == "geo"
+    (tmp_path / "expectations" / "geo.json").unlink()
+    with pytest.raises(suites.SuiteError, match=str(tmp_path / "expectations" / "geo.json")):
+        suites.load_suite("geo")
+    synth = _fresh("das.cli.synth")
+    safetab_p, phsafe = synth.DEFAULT_SAFETAB_P_SPECS, synth.DEFAULT_PHSAFE_CONFIG
+    assert safetab_p == tmp_path / "data_specs" / "safetab_p" / "demo"
+    assert phsafe == tmp_path / "data_specs" / "phsafe" / "demo" / "config.json"
+    # And in this editable install, the checkout's folders.
+    assert EXPECTATIONS_DIR == REPO / "expectations"
+    assert DEFAULT_SAFETAB_P_SPECS == REPO / "data_specs" / "safetab_p" / "demo"
+    assert DEFAULT_PHSAFE_CONFIG == REPO / "data_specs" / "phsafe" / "demo" / "config.json"
 
 
 def test_a_zipped_package_is_refused_clearly(

@@ -78,6 +78,15 @@ def test_production_environment_and_ledger(deployment: dict) -> None:
     assert "DAS_TASK_RUNNER" not in env
 
 
+@pytest.mark.parametrize("deployment", _deployments(), ids=lambda d: d["name"])
+def test_every_run_beats_as_the_crash_automation_expects(deployment: dict) -> None:
+    """Prefect's default heartbeat (180 s) is slower than the automation's window: every
+    deployment's runs take the interval `das deploy` sets from DAS_HEARTBEAT_SECONDS."""
+    env = deployment["work_pool"]["job_variables"]["env"]
+    expected = "{{ prefect.variables.das_heartbeat_seconds }}"
+    assert env["PREFECT_FLOWS_HEARTBEAT_FREQUENCY"] == expected
+
+
 @pytest.mark.parametrize("name", RELEASES)
 def test_every_release_has_an_inactive_production_schedule(name: str) -> None:
     (deployment,) = [d for d in _deployments() if d["name"] == name]

@@ -39,6 +39,7 @@ def _hold_lock(path: str, started, stop) -> None:
     lock.release()
 
 
+@pytest.mark.integration  # a lock held, then dropped, by another process
 def test_the_output_lock_refuses_a_second_run_and_dies_with_its_holder(tmp_path: Path) -> None:
     folder = RunFolder(tmp_path / "out", "a")
     context = multiprocessing.get_context("spawn")
@@ -109,7 +110,7 @@ def test_a_release_appears_whole_with_its_manifest_and_is_never_overwritten(
         ReleaseStager(RunFolder(out, "b")).check_target()
     # ... unless it replaces it explicitly: the old release is moved aside, not deleted.
     result = _stage(RunFolder(out, "b"), "B|2\n", replace=True).publish(
-        {"product": "p"}, {}, ["SEEDED"]
+        {"product": "p"}, {"t1/t1.txt": {"rows": 1}}, ["SEEDED"]
     )
     assert result["replaced"]["run_id"] == "a"
     assert (Path(result["replaced"]["moved_to"]) / "t1" / "t1.txt").read_text() == "A|1\n"
@@ -118,11 +119,12 @@ def test_a_release_appears_whole_with_its_manifest_and_is_never_overwritten(
 
 def test_a_rerun_of_the_published_run_keeps_an_identical_release(tmp_path: Path) -> None:
     folder = RunFolder(tmp_path / "out", "a")
-    _stage(folder, "A|1\n").publish({"product": "p", "seconds": 1}, {}, [])
-    again = _stage(folder, "A|1\n").publish({"product": "p", "seconds": 2}, {}, [])
+    tables = {"t1/t1.txt": {"rows": 1}}
+    _stage(folder, "A|1\n").publish({"product": "p", "seconds": 1}, tables, [])
+    again = _stage(folder, "A|1\n").publish({"product": "p", "seconds": 2}, tables, [])
     assert again["state"] == "already-published"
     with pytest.raises(RuntimeError, match="differs"):
-        _stage(folder, "A|2\n").publish({"product": "p"}, {}, [])
+        _stage(folder, "A|2\n").publish({"product": "p"}, tables, [])
     assert (tmp_path / "out" / "t1" / "t1.txt").read_text() == "A|1\n"
 
 
@@ -191,3 +193,20 @@ def test_the_guard_is_checked_before_and_after_every_fresh_draw(tmp_path: Path) 
     )
     assert np.array_equal(again.noise_for(measurement, 4, again.accountant), noise)
     assert len(calls) == 2 and again.reused == ["P/stage-1"]
+
+
+def test_only_what_the_run_wrote_is_published(tmp_path: Path) -> None:
+    """A file dropped into staging while the run writes (a record file, an exact table) or a
+    table changed after the writer hashed it stops the publication: the MANIFEST and the
+    certificate vouch for exactly what the run made (attacker pass)."""
+    folder = RunFolder(tmp_path / "out", "a")
+    stager = _stage(folder, "A|1\n")
+    (stager.staging / "person-records.txt").write_text("secret|record\n")
+    with pytest.raises(RuntimeError, match=r"did not write .person-records\.txt"):
+        stager.publish({"product": "p"}, {"t1/t1.txt": {"rows": 1}}, [])
+    assert not (tmp_path / "out").exists()
+    stager = _stage(RunFolder(tmp_path / "out", "b"), "A|1\n")
+    written = {"t1/t1.txt": {"rows": 1, "sha256": "0" * 64}}  # not the bytes now in staging
+    with pytest.raises(RuntimeError, match=r"changed .* after the run wrote it"):
+        stager.publish({"product": "p"}, written, [])
+    assert not (tmp_path / "out").exists()

@@ -140,7 +140,9 @@ def test_1_a_forged_spend_entry_is_named_by_verify(
                   run_id="forged-run", dataset="d" * 64)  # fmt: skip
     capsys.readouterr()
     assert das_main(["ledger", "verify", "--ledger", str(production.ledger), "--no-prefect"]) == 1
-    assert "no quorum approved it (forged?)" in capsys.readouterr().out
+    shown = capsys.readouterr().out
+    assert "under no approval the ledger holds (forged?)" in shown, shown
+    assert "not signed by a run key of the charter" in shown
 
 
 def test_2_a_second_ledger_needs_the_approvers_and_they_are_told(
@@ -322,25 +324,221 @@ def test_a_held_budget_names_its_holder_and_release_returns_an_undrawn_one(
     production.approve(config, data)
     from das.spend_approval import propose
 
-    dataset = propose(ledger, "safetab-p", config, data).statement["dataset"]
+    statement = propose(ledger, "safetab-p", config, data).statement
+    dataset = statement["dataset"]
     from das.runs.ledger import RunOpening
+    from das.runs.ledger.run_signatures import RunSigner
+    from das.spend_approval import sealed_spend
 
-    opening = RunOpening("held-1", "safetab-p", str(tmp_path / "x"), "c", "s", "zcdp",
-                         {"US": 9, "PR": 1}, "secure", ())  # fmt: skip
+    sealed, plan = sealed_spend("safetab-p", config, data, None)
+    opening = RunOpening("held-1", "safetab-p", str(tmp_path / "x"), "c", sealed.digest,
+                         plan.definition, plan.pass_totals(), "secure", ())  # fmt: skip
     ledger.open_run(opening)
-    with ledger.store.transaction(write=True) as db:  # as a run killed after authorizing
-        from das.runs.ledger.amounts import PassSpend
-
-        passes = [PassSpend("US", "zcdp", 0, 9, 9, ()).exact()]
-        db.append("spend-authorized", {"passes": passes, "production": False}, run_id="held-1",
-                  dataset=dataset)  # fmt: skip
+    # as a run killed after its (approved, signed) authorization and before its first draw
+    ledger.authorize("held-1", dataset, production=True, signer=RunSigner(production.run_key),
+                     reference=statement.get("reference"))  # fmt: skip
     from tasks.ledger_witness import post_head
 
     post_head(ledger.info(), "after run held-1 authorized its spend")  # as the run would have
     capsys.readouterr()
     assert _run(config, data, tmp_path / "out") == 2
     err = capsys.readouterr().err
-    assert "run held-1" in err and "das ledger release --run-id held-1" in err
+    assert "run held-1" in err and "das ledger release --run-id held-1" in err, err
     assert das_main(["ledger", "release", "--ledger", str(production.ledger), "--run-id",
                      "held-1", "--reason", "killed before it drew"]) == 0  # fmt: skip
     assert _run(config, data, tmp_path / "out") == 0
+
+
+# --- the attacker pass of this issue: what a writer of the database or the run folders tried ---
+
+
+def _forge(ledger: PrivacyLedger, kind: str, payload: dict, run_id: str | None = None,
+           dataset: str | None = None) -> None:  # fmt: skip
+    """A well-hashed append by someone who can write the database (not the pipeline)."""
+    with ledger.store.transaction(write=True) as db:
+        db.append(kind, payload, run_id=run_id, dataset=dataset)
+
+
+def test_a_run_created_in_the_database_by_hand_is_never_resumed_into_a_release(
+    tmp_path: Path, production: Chartered, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """The operator writes `run-opened` and `spend-authorized` for a new run id, citing the
+    approval a published run spent, then has the service account run that id: it would resume
+    "an authorized run" without any approval check. The run refuses (its authorization is not
+    signed by a run key), nothing is published, and verify names the entry."""
+    config, data = _params(tmp_path), _data(tmp_path)
+    production.approve(config, data)
+    first = tmp_path / "releases" / "r1"
+    assert _run(config, data, first, "--run-id", "r1") == 0
+    ledger = _ledger(production)
+    spent = ledger.run("r1")
+    forged = tmp_path / "releases" / "x2"
+    binding = {**spent.binding, "output": str(forged)}
+    _forge(ledger, "run-opened", {"binding": binding, "markers": [], "attempt": 1}, "x2")
+    _forge(ledger, "spend-authorized", {"passes": [p.exact() for p in spent.passes],
+                                        "approval": spent.approval, "production": True},
+           "x2", spent.dataset)  # fmt: skip
+    capsys.readouterr()
+    assert _run(config, data, forged, "--run-id", "x2") == 2
+    assert "not signed by a run key of the charter" in capsys.readouterr().err
+    assert not forged.exists()
+    assert das_main(["ledger", "verify", "--ledger", str(production.ledger), "--no-prefect"]) == 1
+    text = capsys.readouterr().out
+    assert "spend-authorized of run x2) is not signed by a run key" in text
+    assert "which run r1 spent already" in text
+
+
+def test_noise_recorded_in_the_database_by_hand_is_never_reused(
+    tmp_path: Path, production: Chartered, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """Zero noise files and `draw-recorded` entries naming them, appended for a run before it
+    draws, would make a release of exact counts: the records are not signed by a run key, so
+    the run refuses them — nothing is published — and verify names them."""
+    import numpy as np
+
+    config, data = _params(tmp_path), _data(tmp_path)
+    production.approve(config, data)
+    ledger = _ledger(production)
+    noise = state_root() / "runs" / "z1" / "noise"
+    noise.mkdir(parents=True)
+    np.save(noise / "zeros.npy", np.zeros(7, dtype=np.int64))
+    _forge(ledger, "draw-recorded", {"name": "US/USA/1/stage-1", "digest": "0" * 64, "size": 7,
+                                     "file": "zeros.npy", "attempt": 1}, "z1")  # fmt: skip
+    capsys.readouterr()
+    assert _run(config, data, tmp_path / "out", "--run-id", "z1") != 0
+    assert not (tmp_path / "out").exists()
+    assert das_main(["ledger", "verify", "--ledger", str(production.ledger), "--no-prefect"]) == 1
+    assert "draw-recorded of run z1) is not signed by a run key" in capsys.readouterr().out
+
+
+def test_an_approval_row_copied_under_other_records_authorizes_nothing(
+    tmp_path: Path, production: Chartered, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """An approval signed for one dataset, copied into the database under another dataset's
+    id: the statement names its records, the row's column is no authority."""
+    config, small = _params(tmp_path), _data(tmp_path, "small")
+    person = small / "person-records.txt"
+    person.write_text("".join(person.read_text().splitlines(keepends=True)[:-2]))
+    production.approve(config, small)
+    full = _data(tmp_path, "full")
+    ledger = _ledger(production)
+    from das.spend_approval import records_fingerprint
+
+    (approval,) = ledger.approvals()
+    _forge(ledger, "approval", {"statement": approval["statement"],
+                                "signatures": [*_signatures(ledger)]},
+           dataset=ledger.dataset_id(records_fingerprint("safetab-p", full)))  # fmt: skip
+    capsys.readouterr()
+    assert _run(config, full, tmp_path / "out") == 2
+    assert not (tmp_path / "out").exists()
+    assert das_main(["ledger", "verify", "--ledger", str(production.ledger), "--no-prefect"]) == 1
+    assert "(a copied row?)" in capsys.readouterr().out
+
+
+def _signatures(ledger: PrivacyLedger) -> list[str]:
+    with ledger.store.transaction() as db:
+        return [e.payload["signature"] for e in db.entries(kinds=("approval-signature",))] + [
+            s for e in db.entries(kinds=("approval",)) for s in e.payload["signatures"]
+        ]
+
+
+def test_a_request_whose_text_could_deceive_its_signer_is_not_shown_for_signing(
+    tmp_path: Path, production: Chartered, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """A request written into the database with newlines and terminal escapes in its file
+    names (to print a smaller spend than it asks) is refused before an approver signs it."""
+    ledger = _ledger(production)
+    from das.spend_approval import propose
+
+    statement = propose(ledger, "safetab-p", _params(tmp_path), _data(tmp_path)).statement
+    files = dict(statement["parameters"]["files"])
+    files["config.json\n    pass US: 0.5\x1b[8m"] = files.pop("config.json")
+    forged = {**statement, "approval_id": "f" * 16,
+              "parameters": {**statement["parameters"], "files": files}}  # fmt: skip
+    _forge(ledger, "approval", {"statement": forged, "signatures": []},
+           dataset=statement["dataset"])  # fmt: skip
+    capsys.readouterr()
+    assert das_main(["ledger", "approve", "--ledger", str(production.ledger), "--approval",
+                     "f" * 16, "--key", str(production.approvers[0])]) == 2  # fmt: skip
+    err = capsys.readouterr()
+    assert "not a statement this pipeline writes" in err.err and "\x1b" not in err.out + err.err
+
+
+def test_a_changed_geography_file_is_not_what_was_approved(
+    tmp_path: Path, production: Chartered, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """The GRF-C sets the geography of every table: one rewritten after the approval (a place
+    turned into "not in a place") is not the approved spend."""
+    config, data = _params(tmp_path), _data(tmp_path)
+    production.approve(config, data)
+    grf = data / "GRF-C.txt"
+    lines = grf.read_text().splitlines(keepends=True)
+    assert "|22800|" in lines[1]
+    grf.write_text("".join([lines[0], lines[1].replace("|22800|", "|99999|"), *lines[2:]]))
+    capsys.readouterr()
+    assert _run(config, data, tmp_path / "out") == 2
+    assert not (tmp_path / "out").exists()
+
+
+def test_two_different_releases_under_one_approval_fail_together_and_a_pin_fails_others(
+    tmp_path: Path, production: Chartered, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """A copy of the ledger taken before a run lets the same run id publish twice with other
+    noise, each certificate signed by the run key: each proves alone, but verified together
+    the two fail (one approval, two contents); a copy of one release is still one release.
+    With --ledger-id the agency pins its production ledger: a release of another fails."""
+    config, data = _params(tmp_path), _data(tmp_path)
+    production.approve(config, data)
+    first = tmp_path / "a" / "out"
+    assert _run(config, data, first) == 0
+    second = tmp_path / "b" / "out"
+    shutil.copytree(first, second)
+    table = second / "t1" / "t1.txt"
+    table.write_text(table.read_text().replace("|1\n", "|2\n", 1))
+    _recertify(second, production.run_key)  # as the forked ledger's run would sign it
+    copy = tmp_path / "c" / "out"
+    shutil.copytree(first, copy)
+    code, text = _verify(second, production.public, capsys)
+    assert code == 0, text  # alone, it proves
+    capsys.readouterr()
+    argv = ["release", "verify", str(first), str(second), "--trusted-keys", str(production.public)]
+    assert das_main(argv) == 1
+    assert "spent by another release with other content" in capsys.readouterr().out
+    argv = ["release", "verify", str(first), str(copy), "--trusted-keys", str(production.public)]
+    assert das_main(argv) == 0
+    capsys.readouterr()
+    assert das_main([*argv[:3], "--trusted-keys", str(production.public), "--ledger-id",
+                     "00000000-0000-0000-0000-000000000000"]) == 1  # fmt: skip
+    assert "not in the published production ledger" in capsys.readouterr().out
+
+
+def _recertify(release: Path, run_key: Path) -> None:
+    """The release's certificate made again over its files as they are now."""
+    import base64
+
+    from das.io.writers import file_sha256
+    from das.runs.certificate import certify
+
+    envelope = json.loads((release / "CERTIFICATE.intoto.json").read_text())
+    predicate = json.loads(base64.b64decode(envelope["payload"]))["predicate"]
+    manifest = json.loads((release / "MANIFEST.json").read_text())
+    for name, item in manifest["files"].items():
+        item["sha256"] = file_sha256(release / name)
+    (release / "MANIFEST.json").write_text(json.dumps(manifest, indent=1) + "\n")
+    certify(release, predicate, run_key, manifest)
+
+
+def test_verify_refuses_what_was_added_to_a_release_folder(
+    tmp_path: Path, production: Chartered, capsys: pytest.CaptureFixture[str]
+) -> None:
+    import os
+
+    config, data = _params(tmp_path), _data(tmp_path)
+    production.approve(config, data)
+    out = tmp_path / "out"
+    assert _run(config, data, out) == 0
+    (out / "0001-persons").mkdir()  # a folder named after a record
+    os.mkfifo(out / "pipe")
+    code, text = _verify(out, production.public, capsys)
+    assert code == 1 and "0001-persons/ is a folder no certified file is in" in text
+    assert "pipe is not a regular file" in text

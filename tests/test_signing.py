@@ -330,7 +330,8 @@ def _refusals() -> list[tuple[str, str]]:
     ]
 
 
-@pytest.mark.parametrize(("line", "reason"), _refusals())
+# ids by reason: the lines hold random keys, and every xdist worker must collect the same ids
+@pytest.mark.parametrize(("line", "reason"), _refusals(), ids=[r for _, r in _refusals()])
 def test_what_is_not_a_usable_public_key_is_refused_naming_the_line(
     tmp_path: Path, line: str, reason: str
 ) -> None:

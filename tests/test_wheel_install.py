@@ -3,8 +3,9 @@ data, and the installed `das` finds them, from a working directory that is not t
 And the air-gapped install of the README works: the wheelhouse of ``requirements.lock`` plus the
 project's wheel, installed with no index and no network.
 
-Slow (two to five minutes, so run by ``.ci/e2e-wheel`` with ``DAS_E2E=1``, not by the plain
-test command): builds the wheel of this working tree, then
+Slow (two to five minutes): marked ``e2e``, run by ``.ci/e2e-wheel`` (from ``.ci/test``, the
+README's test command, after the other tiers). Builds the wheel of this working tree (from a
+copy of it: nothing is written into the checkout), then
 
 - installs it with its dependencies, without the lock (pyproject's ranges), into a fresh
   virtualenv (pip's cache and the configured indexes), then runs `das synth`, `das validate`
@@ -42,12 +43,8 @@ DATA_FOLDERS = {
 }
 INSTALL_TIMEOUT = 900
 
-pytestmark = [
-    pytest.mark.slow,
-    pytest.mark.skipif(
-        os.environ.get("DAS_E2E") != "1", reason="install end-to-end: .ci/e2e-wheel runs it"
-    ),
-]
+# e2e: `.ci/e2e-wheel` runs it (from `.ci/test`, the README's test command), after the suite.
+pytestmark = [pytest.mark.slow, pytest.mark.e2e, pytest.mark.timeout(2 * INSTALL_TIMEOUT)]
 
 
 # No network for the offline install: pip's configuration (its indexes, find-links folders)
@@ -103,16 +100,42 @@ def _shipped_data_files() -> list[str]:
     return sorted(name for name in names if not name.endswith(".py"))
 
 
+def _source_copy(target: Path) -> Path:
+    """This working tree as it is, outside the checkout: setuptools builds in the source's
+    ``build/`` and ``*.egg-info/``, and a test must not write into the checkout (nor pack stale
+    files an earlier build left there). In a git checkout: a clone of HEAD (so that the wheel
+    records the commit, ``-dirty`` included) with the working tree's files laid over it (tracked
+    and untracked, not ignored; deleted ones removed)."""
+    if not (REPO / ".git").exists():
+        shutil.copytree(REPO, target, ignore=shutil.ignore_patterns(
+            ".venv", "build", "*.egg-info", "__pycache__", ".*_cache"))  # fmt: skip
+        return target
+    subprocess.run(["git", "clone", "--quiet", "--no-hardlinks", str(REPO), str(target)],
+                   check=True, capture_output=True, timeout=300)  # fmt: skip
+
+    def listed(*options: str) -> list[str]:
+        done = subprocess.run(["git", "ls-files", "-z", *options], cwd=REPO, check=True,
+                              capture_output=True, text=True)  # fmt: skip
+        return [name for name in done.stdout.split("\0") if name]
+
+    for name in listed("--deleted"):
+        (target / name).unlink(missing_ok=True)
+    for name in listed("--cached", "--others", "--exclude-standard"):
+        if (REPO / name).is_file():
+            (target / name).parent.mkdir(parents=True, exist_ok=True)
+            shutil.copy2(REPO / name, target / name)
+    return target
+
+
 @pytest.fixture(scope="module")
 def wheel(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    """The wheel of this tree, built by the lock's setuptools (this test environment's)."""
+    """The wheel of this tree, built by the lock's setuptools (this test environment's), from
+    a copy of it (:func:`_source_copy`)."""
     root = tmp_path_factory.mktemp("dist")
-    # setuptools builds in the tree's build/ and would pack stale files left there by an
-    # earlier build (a module since deleted): start from an empty one.
-    shutil.rmtree(REPO / "build", ignore_errors=True)
+    source = _source_copy(tmp_path_factory.mktemp("source") / "das-pipeline")
     _run(
         [sys.executable, "-m", "pip", "wheel", "--no-deps", "--no-build-isolation", "-q",
-         "-w", str(root), str(REPO)],
+         "-w", str(root), str(source)],
         cwd=root,
         timeout=INSTALL_TIMEOUT,
     )  # fmt: skip

@@ -8,6 +8,7 @@ import os
 import sys
 from collections.abc import Sequence
 
+from das.heartbeats import HeartbeatSettingError, configure_heartbeats
 from das.offline import configure_offline
 from das.prefect_auth import SecretError, configure_prefect_auth, server_accepts
 
@@ -19,11 +20,13 @@ COMMAND_MODULES = (
     "run",
     "ledger",
     "release",
+    "runs",
     "coterminous",
     "swap",
     "demo",
     "explore",
     "audit_privacy",
+    "layout",
     "deploy",
     "prefect_wrapper",
     "docs",
@@ -42,6 +45,11 @@ def build_parser() -> argparse.ArgumentParser:
 
 def main(argv: Sequence[str] | None = None) -> int:
     """Entry point of the `das` console script; returns the process exit code."""
+    try:  # the flow runs' heartbeat, before Prefect reads its settings
+        configure_heartbeats()
+    except HeartbeatSettingError as exc:
+        print(f"das: error: {exc}", file=sys.stderr)
+        return 2
     configure_offline()
     try:  # the Prefect server's auth string, for this process and its children
         configure_prefect_auth()

@@ -19,9 +19,7 @@ from fractions import Fraction
 from pathlib import Path
 from typing import Any
 
-from das.budget.report import budget_report, render_budget_report
 from das.cli.arguments import resolved_path
-from das.privacy import calculators, conversions
 from das.privacy.exact import to_fraction
 from das.privacy.limits import (
     MAX_PASS_TOTAL,
@@ -181,6 +179,8 @@ def report_outputs(
 ) -> tuple[str, str]:
     """What `das budget report` prints for ``config``, and what it prints with ``--json``: one
     place for both, so that a saved report (`das demo`) is byte for byte the command's."""
+    from das.budget.report import budget_report, render_budget_report
+
     report = budget_report(config, specs_dir=specs, delta=delta)
     return render_budget_report(report), json.dumps(_json_safe(report), allow_nan=False)
 
@@ -196,6 +196,8 @@ def _report(args: argparse.Namespace) -> int:
 
 
 def _convert(args: argparse.Namespace) -> int:
+    from das.privacy import conversions
+
     rho = _level_rho(args.rho, "--rho")
     result = {
         "epsilon_analytic": conversions.zcdp_to_approx_dp_analytic(rho, args.delta),
@@ -210,6 +212,8 @@ def _convert(args: argparse.Namespace) -> int:
 
 
 def _moe(args: argparse.Namespace) -> int:
+    from das.privacy import calculators
+
     sensitivity = to_fraction(args.sensitivity, name="--sensitivity", positive=True)
     fraction = to_fraction(args.stage_fraction, name="--stage-fraction", positive=True)
     if args.moe is not None:
@@ -234,6 +238,8 @@ def _moe(args: argparse.Namespace) -> int:
 
 
 def _suppression(args: argparse.Namespace) -> int:
+    from das.privacy import calculators
+
     gamma = to_fraction(args.stage1_fraction, name="--stage1-fraction", nonnegative=True)
     sensitivity = to_fraction(args.sensitivity, name="--sensitivity", positive=True)
     if gamma >= 1:
@@ -246,6 +252,8 @@ def _suppression(args: argparse.Namespace) -> int:
 
 
 def _swap_epsilon(args: argparse.Namespace) -> int:
+    from das.privacy import calculators
+
     epsilon = float(calculators.swap_epsilon(args.b, to_fraction(args.rate)))
     finite = not math.isinf(epsilon)
     result = {"epsilon": epsilon, "finite": finite}

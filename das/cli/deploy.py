@@ -21,7 +21,15 @@ engine never imports Prefect):
    and checks only their files; ``privacy-audit`` reads no input and is always registered;
 4. the process work pool the deployments name (``das-enclave``) is created when missing;
 5. ``prefect deploy --prefect-file deploy/prefect.yaml`` registers the deployments (``--all``,
-   or ``--name`` for each deployment of the products chosen).
+   or ``--name`` for each deployment of the products chosen), their runs beating every
+   ``DAS_HEARTBEAT_SECONDS`` (the variable ``das_heartbeat_seconds``);
+6. the automation that marks a run Crashed when its heartbeats stop for
+   ``DAS_CRASH_AFTER_SECONDS`` (a lost host) is created or made to match
+   (:mod:`flows.crash_detection`);
+7. what the server now holds is printed, with the ``das prefect ...`` commands that start a
+   worker and trigger each deployment. Prefect's own output is kept back (shown when a Prefect
+   command fails): its hints name the plain ``prefect`` command, which an authenticated
+   server refuses.
 
 Needs ``PREFECT_API_URL`` (the server the deployments go to) and, for a server with
 authentication, its auth string (``DAS_PREFECT_AUTH_FILE``, a file only its owner can read; or
@@ -48,30 +56,33 @@ from typing import TYPE_CHECKING, Any
 
 from das.cli.arguments import resolved_path
 from das.cli.deploy_layout import (
+    PREFECT_FILE,
     PRODUCT_NAMES,
     PRODUCTS,
     Product,
+    checkout_root,
     deployment_names,
     layout_problems,
     select_products,
 )
+from das.heartbeats import Liveness, liveness
 from das.prefect_auth import CLIENT_AUTH, basic_authorization, server_accepts
 
 if TYPE_CHECKING:
     from das.runs.ledger import LedgerStore
+    from flows.crash_detection import Ensured
 
 EXIT_OK, EXIT_FAILED, EXIT_USAGE = 0, 1, 2
-PREFECT_FILE = Path("deploy") / "prefect.yaml"
 WORK_POOL = "das-enclave"  # the work pool every deployment of deploy/prefect.yaml names
 LOCAL_ROOT = ".das-local"
 LOCAL_PERSONS = 20_000
 LOCAL_SEED = 2020
-SAFETAB_P_INPUTS = {"person-records", "GRF-C"}
 # Prefect variable → what it names (the deployments' paths; see deploy/prefect.yaml).
 VARIABLES = {
     "das_checkout": "the checkout on the worker hosts (with its .venv)",
     "das_root": "the folder of inputs and outputs (layout in deploy/prefect.yaml)",
     "das_run_key": "the run key on the worker hosts (DAS_RUN_KEY: signs each release)",
+    "das_heartbeat_seconds": "the flow runs' heartbeat interval (DAS_HEARTBEAT_SECONDS)",
 }
 # The privacy ledger the deployments use, set together from the ledger options: a folder, or a
 # database URL (no password: the file named by das_ledger_password_file holds it), and the
@@ -133,17 +144,6 @@ def products_option(value: str) -> tuple[Product, ...]:
         raise argparse.ArgumentTypeError(str(exc)) from None
 
 
-def checkout_root() -> Path | None:
-    """The checkout holding ``deploy/prefect.yaml``: the working directory or one of its
-    parents, else the one this package was installed from (editable installs)."""
-    here = Path.cwd().resolve()
-    package_root = Path(__file__).resolve().parents[2]
-    for candidate in (here, *here.parents, package_root):
-        if (candidate / PREFECT_FILE).is_file():
-            return candidate
-    return None
-
-
 def prefect_command() -> list[str]:
     """The ``prefect`` command of this interpreter's environment (the project's virtualenv)."""
     script = Path(sys.executable).with_name("prefect")
@@ -191,6 +191,8 @@ def layout_refusal(root: Path, problems: list[str], products: Sequence[Product])
         f"The layout: {PREFECT_FILE} (its first comment) and "
         "docs/tutorials/first-production-release.md. To register only some products: "
         f"--products {','.join(PRODUCT_NAMES)} (a subset).",
+        f"To build it from your files (`das synth` folders, the Census files): das layout "
+        f"--root {root} {' '.join(f'--{p.name} DIR' for p in products)} (das layout --help).",
     ]
     return "\n".join(lines)
 
@@ -211,32 +213,41 @@ def set_variable(name: str, value: str) -> int:
 
 
 def prepare_local_inputs(root: Path) -> None:
-    """Small synthetic inputs in the layout of ``deploy/prefect.yaml`` (kept when present)."""
+    """Small synthetic inputs in the layout of ``deploy/prefect.yaml``, for each product that
+    lacks them (a complete product is kept): `das synth` folders laid out by `das layout`'s
+    builder (hard links), the Puerto Rico pass from its own config."""
     from das.cli import main
+    from das.cli.layout import build_layout, plan_layout
 
+    missing = [product for product in PRODUCTS if layout_problems(root, [product])]
+    if not missing:
+        return
     seed = ["--persons", str(LOCAL_PERSONS), "--seed", str(LOCAL_SEED)]
-    safetab = root / "safetab-p"
-    if not (safetab / "params" / "config.json").is_file():
-        shutil.rmtree(safetab / "input", ignore_errors=True)
-        _checked(main(["synth", "safetab-p", "--output", str(safetab / "input"), *seed]))
-        params = safetab / "params"
-        params.mkdir(parents=True, exist_ok=True)
-        for path in (safetab / "input").iterdir():  # config.json and the four spec files
-            if path.stem not in SAFETAB_P_INPUTS:
-                path.replace(params / path.name)
+    synth = root / ".synth"  # removed below: the layout keeps its files by hard links
+    shutil.rmtree(synth, ignore_errors=True)
+    folders = {"safetab-p": "safetab-p", "phsafe-us": "phsafe-us", "phsafe-pr": "phsafe-pr",
+               "swap": "phsafe-us"}  # fmt: skip
+    needed = {folders[product.name] for product in missing}
+    if "safetab-p" in needed:
+        _checked(main(["synth", "safetab-p", "--output", str(synth / "safetab-p"), *seed]))
     for pass_name in ("us", "pr"):
-        folder = root / "phsafe" / pass_name
-        if (folder / "config.json").is_file():
+        if f"phsafe-{pass_name}" not in needed:
             continue
-        folder.mkdir(parents=True, exist_ok=True)
-        (folder / "config.json").write_text(json.dumps(local_phsafe_config(pass_name), indent=2))
-        shutil.rmtree(folder / "input", ignore_errors=True)
-        args = ["--config", str(folder / "config.json"), "--output", str(folder / "input")]
-        _checked(main(["synth", "phsafe", *args, *seed]))
-        (folder / "input" / "config.json").unlink(missing_ok=True)
-    swap_input = root / "swap" / "input"
-    if not swap_input.is_dir():
-        shutil.copytree(root / "phsafe" / "us" / "input", swap_input)
+        config = synth / f"phsafe-{pass_name}.json"
+        config.parent.mkdir(parents=True, exist_ok=True)
+        config.write_text(json.dumps(local_phsafe_config(pass_name), indent=2))
+        output = str(synth / f"phsafe-{pass_name}")
+        _checked(main(["synth", "phsafe", "--config", str(config), "--output", output, *seed]))
+    sources = {product: (synth / folders[product.name], None) for product in missing}
+    placements, problems = plan_layout(root, sources, link=True, replace=True)
+    try:
+        if problems:
+            raise LocalInputsFailed("laying out the local inputs: " + "; ".join(problems))
+        build_layout(placements)
+    except OSError as exc:
+        raise LocalInputsFailed(f"laying out the local inputs: {exc}") from exc
+    finally:
+        shutil.rmtree(synth, ignore_errors=True)
 
 
 def local_phsafe_config(pass_name: str) -> dict:
@@ -451,6 +462,8 @@ def deploy_command(args: argparse.Namespace) -> int:
     values: dict[str, str | None] = {
         name: None if value is None else str(Path(value).resolve()) for name, value in paths.items()
     }
+    settings = liveness()  # checked by `das` at start (das.cli.main)
+    values["das_heartbeat_seconds"] = str(settings.heartbeat_seconds)
     if ledger is not None:
         try:
             identity = ledger_id(ledger[0], local=args.local, root=root)
@@ -478,18 +491,101 @@ def deploy_command(args: argparse.Namespace) -> int:
             )
             return EXIT_USAGE
     if prefect("work-pool", "inspect", WORK_POOL, quiet=True) != 0:
-        code = prefect("work-pool", "create", WORK_POOL, "--type", "process")
-        if code != 0:
-            return EXIT_FAILED
-    code = prefect("deploy", "--prefect-file", str(PREFECT_FILE),
-                   *deploy_selection(args.products), cwd=checkout)  # fmt: skip
-    if code != 0:
+        created = prefect_captured("work-pool", "create", WORK_POOL, "--type", "process")
+        if created.returncode != 0:
+            return prefect_failed("prefect work-pool create", created)
+    selection = deploy_selection(args.products)
+    registered = prefect_captured("deploy", "--prefect-file", str(PREFECT_FILE), *selection,
+                                  cwd=checkout)  # fmt: skip
+    if registered.returncode != 0:
+        return prefect_failed("prefect deploy", registered)
+    try:
+        ensured = watch_for_crashes(settings)
+        names = registered_deployments(deployment_names(args.products))
+    except Exception as exc:  # the server answered the registration: report, do not trace
+        print(f"das deploy: error: the deployments are registered, but {exc}", file=sys.stderr)
         return EXIT_FAILED
-    print(
-        f"das deploy: deployments registered in pool {WORK_POOL}; start a worker from the "
-        f"checkout with: .venv/bin/das prefect worker start --pool {WORK_POOL}"
-    )
+    print(summary(names, ensured, settings, checkout))
     return EXIT_OK
+
+
+def prefect_captured(*args: str, cwd: Path | None = None) -> subprocess.CompletedProcess:
+    """One ``prefect`` command without prompts, its output kept: Prefect's own next-step hints
+    (``prefect worker start ...``) fail against an authenticated server, which needs ``das
+    prefect``; :func:`summary` prints the commands that work instead."""
+    command = [*prefect_command(), "--no-prompt", *args]
+    return subprocess.run(command, cwd=cwd, capture_output=True, text=True, check=False)
+
+
+def prefect_failed(what: str, done: subprocess.CompletedProcess) -> int:
+    """A failed Prefect command: its output (the reason), on stderr; exit 1."""
+    print(f"das deploy: error: {what} failed (exit {done.returncode}); Prefect's output follows "
+          "(any `prefect ...` command it suggests runs as `das prefect ...` here):",
+          file=sys.stderr)  # fmt: skip
+    for line in (done.stdout + done.stderr).splitlines():
+        print(f"  {line}", file=sys.stderr)
+    return EXIT_FAILED
+
+
+def watch_for_crashes(settings: Liveness) -> Ensured:
+    """The server's automation that marks a run Crashed when its heartbeats stop, made to
+    match ``settings`` (:mod:`flows.crash_detection`)."""
+    from prefect.client.orchestration import get_client
+
+    from flows.crash_detection import ensure_crash_automation
+
+    with get_client(sync_client=True) as client:
+        return ensure_crash_automation(client, settings, update=True)
+
+
+def registered_deployments(names: Sequence[str]) -> list[tuple[str, bool]]:
+    """``(flow/deployment, has a schedule)`` of the deployments ``names`` in the work pool, as
+    the server now holds them, in the order of ``names``."""
+    from prefect.client.orchestration import get_client
+    from prefect.client.schemas.filters import WorkPoolFilter, WorkPoolFilterName
+
+    pool = WorkPoolFilter(name=WorkPoolFilterName(any_=[WORK_POOL]))
+    with get_client(sync_client=True) as client:
+        deployments = client.read_deployments(work_pool_filter=pool)
+        flows = {flow.id: flow.name for flow in client.read_flows(work_pool_filter=pool)}
+    found = {d.name: (f"{flows.get(d.flow_id, '?')}/{d.name}", bool(d.schedules))
+             for d in deployments}  # fmt: skip
+    return [found[name] for name in names if name in found]
+
+
+def das_command(checkout: Path) -> str:
+    """How the operator calls this ``das``: ``.venv/bin/das`` from the checkout when it is the
+    checkout's virtualenv, else its full path."""
+    script = Path(sys.executable).with_name("das")
+    try:
+        return str(script.relative_to(checkout))
+    except ValueError:
+        return str(script)
+
+
+def summary(
+    names: Sequence[tuple[str, bool]], ensured: Ensured, settings: Liveness, checkout: Path
+) -> str:
+    """What was registered and the next commands, each one that works as printed against the
+    authenticated server (``das prefect``, which reads DAS_PREFECT_AUTH_FILE)."""
+    from flows.crash_detection import AUTOMATION_NAME
+
+    das = das_command(checkout)
+    width = max((len(name) for name, _ in names), default=0)
+    lines = [f"das deploy: registered {len(names)} deployment(s) in work pool {WORK_POOL}:"]
+    lines += [f"  {name:<{width}}  {'schedule registered inactive' if scheduled else ''}".rstrip()
+              for name, scheduled in names]  # fmt: skip
+    lines += [
+        f'das deploy: crash detection: automation "{AUTOMATION_NAME}" {ensured.outcome}: a run '
+        f"that sends no heartbeat for {settings.crash_after_seconds} s (one every "
+        f"{settings.heartbeat_seconds} s) is marked Crashed, and Retry resumes it",
+        f"Next, from {checkout}, with PREFECT_API_URL and DAS_PREFECT_AUTH_FILE set:",
+        f"  {das} prefect worker start --pool {WORK_POOL}",
+        *(f"  {das} prefect deployment run {name}" for name, _ in names),
+        "and, when the releases should run on their schedules:",
+        f"  {das} prefect deployment schedule resume --all",
+    ]
+    return "\n".join(lines)
 
 
 def deploy_selection(products: Sequence[Product]) -> list[str]:

@@ -7,6 +7,7 @@ that names one file. Here every missing or unusable file is named at once, by pa
 Deployments come in *products* that read the same files (a release and its validate-only
 twin); the operator may register only some of them (``--products``). The privacy audit reads
 no input and is always registered. ``tests/test_deploy_layout.py`` holds this table to the YAML.
+`das layout` (:mod:`das.cli.layout`) builds a root from this table, then checks it here.
 """
 
 from __future__ import annotations
@@ -33,6 +34,7 @@ class Product:
     optional: tuple[TableSpec, ...] = ()  # read when present (then it must be a regular file)
     config: str | None = None  # config.json, relative to the root
     spec_files: bool = False  # the four SafeTab-P spec files beside the config
+    pass_name: str | None = None  # the PHSafe pass its config must be: US, or PR (["72"])
 
 
 PRODUCTS: tuple[Product, ...] = (
@@ -50,6 +52,7 @@ PRODUCTS: tuple[Product, ...] = (
         data="phsafe/us/input",
         records=(PERSONS, UNITS, GEO),
         config="phsafe/us/config.json",
+        pass_name="US",
     ),
     Product(
         "phsafe-pr",
@@ -57,6 +60,7 @@ PRODUCTS: tuple[Product, ...] = (
         data="phsafe/pr/input",
         records=(PERSONS, UNITS, GEO),
         config="phsafe/pr/config.json",
+        pass_name="PR",
     ),
     Product(
         "swap",
@@ -66,6 +70,20 @@ PRODUCTS: tuple[Product, ...] = (
         optional=(PERSONS,),  # copied beside the swapped files when present
     ),
 )
+PREFECT_FILE = Path("deploy") / "prefect.yaml"  # the deployments, relative to the checkout
+
+
+def checkout_root() -> Path | None:
+    """The checkout holding ``deploy/prefect.yaml``: the working directory or one of its
+    parents, else the one this package was installed from (editable installs)."""
+    here = Path.cwd().resolve()
+    package_root = Path(__file__).resolve().parents[2]
+    for candidate in (here, *here.parents, package_root):
+        if (candidate / PREFECT_FILE).is_file():
+            return candidate
+    return None
+
+
 # Deployments that read nothing under the root (synthetic inputs only): always registered.
 INPUT_FREE_DEPLOYMENTS = ("privacy-audit",)
 PRODUCT_NAMES = tuple(product.name for product in PRODUCTS)

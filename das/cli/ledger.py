@@ -181,14 +181,15 @@ def _reporting_faults(handler: Any) -> Any:
         command = args.ledger_command + (
             f" {args.charter_command}" if args.ledger_command == "charter" else ""
         )
+        prefix = "das" if command.startswith("runs") else "das ledger"
         try:
             return int(handler(args))
         except LedgerUnavailable as exc:
-            return _fail(command, str(exc), EXIT_INFRASTRUCTURE)
+            return _fail(command, str(exc), EXIT_INFRASTRUCTURE, prefix)
         except (RunRefused, SigningError, ValueError, InputFormatError, OSError) as exc:
             if isinstance(exc, RunRefused):
-                return _fail(command, exc.explained("cli"))
-            return _fail(command, str(exc))
+                return _fail(command, exc.explained("cli"), prefix=prefix)
+            return _fail(command, str(exc), prefix=prefix)
 
     return run
 
@@ -248,8 +249,8 @@ def _ledger(args: argparse.Namespace) -> Any:
     return PrivacyLedger(_store(args))
 
 
-def _fail(command: str, message: str, code: int = EXIT_REFUSED) -> int:
-    print(f"das ledger {command}: {message}", file=sys.stderr)
+def _fail(command: str, message: str, code: int = EXIT_REFUSED, prefix: str = "das ledger") -> int:
+    print(f"{prefix} {command}: {message}", file=sys.stderr)
     return code
 
 
@@ -523,7 +524,7 @@ def _check_witness(ledger: Any, info: Any, production: bool) -> None:
 
 def _approve(args: argparse.Namespace) -> int:
     from das.runs.approver_journal import ApproverJournal
-    from das.runs.ledger.approvals import statement_text
+    from das.runs.ledger.approvals import statement_problems, statement_text
     from das.runs.typed_text import shown
     from das.spend_approval import Proposal, propose, records_fingerprint, sign_proposal
 
@@ -552,6 +553,13 @@ def _approve(args: argparse.Namespace) -> int:
             if ledger.dataset_id(fingerprint) != approval.dataset:
                 raise ValueError(f"approval {args.approval} is not about the records in "
                                  f"{args.data}")  # fmt: skip
+        problems = statement_problems(approval.statement)
+        if problems:
+            raise ValueError(
+                f"approval {args.approval} is not a statement this pipeline writes ("
+                + "; ".join(problems)
+                + "): it was written around the pipeline; nobody should sign it"
+            )
         proposal = Proposal(approval.statement, approval, [], fingerprint)
     else:
         missing = [f"--{n}" for n in ("product", "config", "data") if getattr(args, n) is None]
@@ -565,7 +573,11 @@ def _approve(args: argparse.Namespace) -> int:
     if not args.json:
         _say(statement_text(statement))
         if proposal.existing is not None and not args.approval:
-            _say("  (another approver started this statement: you sign the very same)")
+            _say(
+                "  you co-sign the statement another approver started (it says exactly what "
+                "yours would): its note and its validity, shown above, are theirs — your "
+                "--note and --valid-days are not used"
+            )
     key = None
     if args.key is not None:
         assert chain.in_force is not None

@@ -9,7 +9,9 @@ signed by a run key that charter names, a quorum of trusted approvers on an appr
 this release's sealed parameters, dataset and spend (per pass this run's total, the cumulative
 total within the approved one, spent before the approval expired), the files exactly those
 certified and listed by the MANIFEST (nothing added, nothing missing), and a release labelled
-private. Several releases at once: an approval spent by two of them fails both.
+private. With ``--ledger-id`` (the production ledger's id the agency publishes with the keys),
+a release of any other ledger fails — the same approvers may have chartered a test ledger.
+Several releases at once: an approval spent by two of them with other content fails them all.
 
 Exit codes: 0 proven, 1 not proven (every reason is listed), 2 usage error.
 """
@@ -47,6 +49,13 @@ def register(subparsers: argparse._SubParsersAction) -> None:
         type=resolved_path,
         help="the approvers' published OpenSSH public keys, one per line",
     )
+    verify.add_argument(
+        "--ledger-id",
+        action="append",
+        default=[],
+        help="the production ledger's id, as the agency publishes it beside the keys "
+        "(repeatable): a release of any other ledger is not proven",
+    )
     verify.add_argument("--json", action="store_true", help="one JSON object on stdout")
     verify.set_defaults(handler=_verify)
 
@@ -60,7 +69,7 @@ def _verify(args: argparse.Namespace) -> int:
     except (SigningError, OSError) as exc:
         print(f"das release verify: error: --trusted-keys: {exc}", file=sys.stderr)
         return EXIT_USAGE
-    proofs = verify_releases(args.release, trusted)
+    proofs = verify_releases(args.release, trusted, args.ledger_id)
     if args.json:
         result: dict[str, Any] = {
             "proven": all(p.proven for p in proofs),

@@ -1,5 +1,6 @@
 """`das run {safetab-p|phsafe} --config FILE --data DIR --output DIR [--seed N] [--run-id ID]
-[--skip-validation] [--cumulative-total PASS=TOTAL] [--replace-release] [--ledger DIR]`:
+[--skip-validation] [--cumulative-total PASS=TOTAL] [--replace-release] [--ledger DIR]
+[--verbose]`:
 run the product's Prefect flow in process and publish its release (SafeTab-P: t1/, t2/;
 PHSafe: one folder per noisy table and per estimates table; audit.json, MANIFEST.json and
 CERTIFICATE.intoto.json) into OUT, whole or not at all. The run's state (sealed parameters,
@@ -21,8 +22,10 @@ Exit codes:
      full disk): one line names it; resuming (the same command with --run-id) reuses every
      draw the privacy ledger recorded.
 
-Without PREFECT_API_URL the flow runs against a temporary local Prefect API. On a terminal a
-live display shows the run's stages and progress; elsewhere, progress lines go to stderr.
+Without PREFECT_API_URL the flow runs against a temporary local Prefect API, started first and
+said so (20-40 s on 2 cores). On a terminal a live display shows the run's stages and
+progress; elsewhere, progress lines go to stderr, each once. Prefect's per-task lines stay off
+the console (the run log and the server keep them) unless --verbose.
 """
 
 from __future__ import annotations
@@ -113,6 +116,12 @@ def _product_parser(
         "only when the privacy ledger holds a passing validation of the same records)",
     )
     parser.add_argument(
+        "--verbose",
+        action="store_true",
+        help="show every line Prefect logs on the console (one per task run, its progress "
+        "lines) instead of the progress display; the run log keeps them either way",
+    )
+    parser.add_argument(
         "--ledger",
         type=resolved_path,
         default=None,
@@ -199,6 +208,62 @@ def _preflight(args: argparse.Namespace, parameters: dict[str, Any]) -> str | No
     return None
 
 
+def _announce_local_api(product: str) -> float | None:
+    """Without PREFECT_API_URL, say that a temporary Prefect API is about to start (importing
+    Prefect and starting it take tens of seconds, which would otherwise pass in silence);
+    when, for :func:`_start_local_api`."""
+    import time
+
+    if os.environ.get("PREFECT_API_URL"):
+        return None
+    print(
+        f"das run {product}: starting a temporary local Prefect API for this run (about "
+        "20-40 s on 2 cores; set PREFECT_API_URL to use a running server)",
+        file=sys.stderr,
+        flush=True,
+    )
+    return time.monotonic()
+
+
+def _start_local_api(product: str, announced: float | None) -> None:
+    """The temporary API :func:`_announce_local_api` announced, started now (once per
+    process) rather than inside the flow, and said when it answers."""
+    if announced is None:
+        return
+    import time
+
+    from prefect.client.orchestration import get_client
+
+    with get_client(sync_client=True) as client:
+        client.api_healthcheck()
+    print(
+        f"das run {product}: the local Prefect API answered after "
+        f"{time.monotonic() - announced:.0f} s; starting the flow run",
+        file=sys.stderr,
+        flush=True,
+    )
+
+
+def _watch_for_crashes(product: str) -> None:
+    """The server's crash automation (``flows.crash_detection``), created when it has none, so
+    that this run, if its process dies, is marked Crashed instead of Running forever. One
+    found with a window too short for this process's heartbeat is left as is, with a warning."""
+    from prefect.client.orchestration import get_client
+
+    from das.heartbeats import MISSED_BEATS_TOLERATED, liveness
+    from flows.crash_detection import AUTOMATION_NAME, ensure_crash_automation
+
+    settings = liveness()
+    with get_client(sync_client=True) as client:
+        ensured = ensure_crash_automation(client, settings, update=False)
+    if ensured.crash_after_seconds < MISSED_BEATS_TOLERATED * settings.heartbeat_seconds:
+        print(f"das run {product}: warning: the server's automation \"{AUTOMATION_NAME}\" "
+              f"crashes a run after {ensured.crash_after_seconds:.0f} s without a heartbeat, "
+              f"and this run beats every {settings.heartbeat_seconds} s (DAS_HEARTBEAT_SECONDS): "
+              "it may be marked Crashed while alive. Run `das deploy` with the same settings",
+              file=sys.stderr)  # fmt: skip
+
+
 def run_command(args: argparse.Namespace) -> int:
     """Check the arguments, run the flow, say what happened; the exit code."""
     from das.runs.folder import check_run_id
@@ -273,6 +338,7 @@ def _run(args: argparse.Namespace) -> int:
 
     # A loaded machine starts the temporary Prefect API slowly: wait longer than Prefect's 20 s.
     os.environ.setdefault("PREFECT_SERVER_EPHEMERAL_STARTUP_TIMEOUT_SECONDS", "180")
+    announced = _announce_local_api(product)
     configure_offline()
     from das.validation.report import ValidationFailed
     from flows.runner import task_runner_from_env
@@ -285,7 +351,9 @@ def _run(args: argparse.Namespace) -> int:
 
     flow = product_flow.with_options(task_runner=task_runner_from_env())
     try:
-        with _quiet_tracebacks(), shown(product):
+        _start_local_api(product, announced)
+        _watch_for_crashes(product)
+        with _quiet_tracebacks(), shown(product, verbose=args.verbose):
             state = flow(**parameters, return_state=True)
     except Exception as exc:  # the flow never ran (e.g. no Prefect API): one line, no traceback
         fault = explain(exc, resume, os.environ.get("PREFECT_API_URL"))

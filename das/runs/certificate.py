@@ -40,18 +40,32 @@ PREDICATE_TYPE = "urn:das-pipeline:release:v1"
 
 
 def release_files(folder: Path) -> dict[str, str]:
-    """Every file of a release folder but its certificate: relative path → SHA-256."""
+    """Every regular file of a release folder but its certificate: relative path → SHA-256."""
     return {
         path.relative_to(folder).as_posix(): file_sha256(path)
-        for path in sorted(p for p in folder.rglob("*") if p.is_file() or p.is_symlink())
+        for path in sorted(p for p in folder.rglob("*") if p.is_file() and not p.is_symlink())
         if path.relative_to(folder).as_posix() != CERTIFICATE
     }
 
 
-def certify(staging: Path, predicate: Mapping[str, Any], key: Path) -> str:
-    """Sign the release being built in ``staging`` (every file there is a subject) and write
-    its certificate beside the MANIFEST; the certificate's SHA-256."""
-    envelope = sign_envelope(statement(release_files(staging), PREDICATE_TYPE, predicate), key)
+def certify(
+    staging: Path, predicate: Mapping[str, Any], key: Path, manifest: Mapping[str, Any]
+) -> str:
+    """Sign the release being built in ``staging`` and write its certificate beside the
+    MANIFEST; the certificate's SHA-256. Its subjects are the files the MANIFEST lists (their
+    digests taken from it: at national scale the tables are not read a second time) and the
+    MANIFEST itself; a file in staging that the MANIFEST does not list is refused."""
+    listed = {name: str(item["sha256"]) for name, item in manifest.get("files", {}).items()}
+    present = {
+        path.relative_to(staging).as_posix()
+        for path in staging.rglob("*")
+        if path.is_file() or path.is_symlink()
+    }
+    stray = sorted(present - set(listed) - {MANIFEST, CERTIFICATE})
+    if stray:
+        raise RuntimeError(f"files in the release the MANIFEST does not list: {stray[:5]}")
+    subjects = {**listed, MANIFEST: file_sha256(staging / MANIFEST)}
+    envelope = sign_envelope(statement(subjects, PREDICATE_TYPE, predicate), key)
     atomic_write_text(staging / CERTIFICATE, json.dumps(envelope, indent=1) + "\n")
     return file_sha256(staging / CERTIFICATE)
 
@@ -81,8 +95,21 @@ def _read_envelope(release: Path) -> dict[str, Any]:
         envelope = json.loads(path.read_text())
     except (OSError, UnicodeDecodeError, json.JSONDecodeError) as exc:
         raise SignatureInvalid(f"{CERTIFICATE} is not readable JSON ({exc})") from None
-    if not isinstance(envelope, dict):
-        raise SignatureInvalid(f"{CERTIFICATE} is not a DSSE envelope")
+    if not isinstance(envelope, dict) or set(envelope) != {"payload", "payloadType", "signatures"}:
+        raise SignatureInvalid(
+            f"{CERTIFICATE} is not a DSSE envelope of its exact form (payload, payloadType, "
+            "signatures, nothing else)"
+        )
+    signatures = envelope["signatures"]
+    if (
+        not isinstance(signatures, list)
+        or len(signatures) != 1
+        or not isinstance(signatures[0], dict)
+        or set(signatures[0]) != {"keyid", "sig"}
+    ):
+        raise SignatureInvalid(
+            f"{CERTIFICATE} must carry exactly one signature (the run key's), nothing else"
+        )
     return envelope
 
 
@@ -173,6 +200,15 @@ def _check_approvals(
         "dataset": predicate.get("dataset"),
         "definition": predicate.get("definition"),
     }
+    if st.get("run_id") not in (None, predicate.get("run_id")):
+        problems.append(
+            f"approval {st.get('approval_id')} was requested by run {st.get('run_id')}, not by "
+            f"run {predicate.get('run_id')}"
+        )
+    if (st.get("reference") or {}) != (predicate.get("reference") or {}):
+        problems.append(
+            "the release was made from other reference files (the GRF-C) than the approved ones"
+        )
     for name, value in expected.items():
         if st.get(name) != value:
             problems.append(
@@ -216,6 +252,15 @@ def _check_files(release: Path, statement_doc: Mapping[str, Any], problems: list
     certified = {
         item["name"]: item["digest"]["sha256"] for item in statement_doc.get("subject", [])
     }
+    implied = {str(Path(name).parent) for name in certified} | {"."}
+    for path in sorted(release.rglob("*")):
+        name = path.relative_to(release).as_posix()
+        if path.is_symlink() or not (path.is_file() or path.is_dir()):
+            problems.append(f"{name} is not a regular file (a link, a pipe, a device)")
+        elif path.is_dir() and not any(i == name or i.startswith(name + "/") for i in implied):
+            problems.append(
+                f"{name}/ is a folder no certified file is in (added after publication)"
+            )
     present = release_files(release)
     for name in sorted(set(present) - set(certified)):
         problems.append(f"{name} is in the release but not certified (added after publication)")
@@ -312,27 +357,50 @@ def verify_release(release: Path, trusted: Sequence[PublicKey]) -> Proof:
         "approved_by": approved_by,
         "spend": predicate.get("spend"),
         "parameters": (predicate.get("parameters") or {}).get("digest"),
+        "content": _content_digest(statement_doc),
     }
     return proof
 
 
-def verify_releases(releases: Iterable[Path], trusted: Sequence[PublicKey]) -> list[Proof]:
-    """:func:`verify_release` of each, and one more check across them: an approval authorizes
-    one run, so two releases that carry the same approval cannot both stand."""
+def _content_digest(statement_doc: Mapping[str, Any]) -> str:
+    """The certified tables and markers (not the audit or MANIFEST, which carry times): what
+    two copies of one release share, and two different releases do not."""
+    from das.signing import sha256_hex
+
+    rows = sorted(
+        f"{item['name']}:{item['digest']['sha256']}"
+        for item in statement_doc.get("subject", [])
+        if item["name"] not in (MANIFEST, AUDIT_FILE)
+    )
+    return sha256_hex("\n".join(rows).encode())
+
+
+def verify_releases(
+    releases: Iterable[Path], trusted: Sequence[PublicKey], ledger_ids: Sequence[str] = ()
+) -> list[Proof]:
+    """:func:`verify_release` of each; with ``ledger_ids`` (published beside the approver keys),
+    each must be a release of one of those ledgers; and one check across them: an approval
+    authorizes one run's one release, so releases that carry the same approval with other
+    content (another run, or the same run id in a copy of the ledger) fail, all of them."""
     proofs = [verify_release(release, trusted) for release in releases]
-    seen: dict[str, Path] = {}
     for proof in proofs:
-        approval = proof.facts.get("approval")
-        if approval is None:
-            continue
-        if approval in seen and proof.facts.get("run_id") != _run_of(proofs, seen[approval]):
+        ledger = (proof.facts.get("ledger") or {}).get("id")
+        if ledger_ids and proof.facts and ledger not in set(ledger_ids):
             proof.problems.append(
-                f"approval {approval} was spent by another release too ({seen[approval]}): one "
-                "approval authorizes one run"
+                f"made in ledger {ledger}, not in the published production ledger(s) "
+                f"{', '.join(ledger_ids)}"
             )
-        seen.setdefault(approval, proof.release)
+    by_approval: dict[str, list[Proof]] = {}
+    for proof in proofs:
+        if proof.facts.get("approval") is not None:
+            by_approval.setdefault(str(proof.facts["approval"]), []).append(proof)
+    for approval, sharing in by_approval.items():
+        contents = {p.facts.get("content") for p in sharing}
+        if len(contents) > 1:
+            for proof in sharing:
+                others = [str(p.release) for p in sharing if p is not proof]
+                proof.problems.append(
+                    f"approval {approval} is spent by another release with other content too "
+                    f"({', '.join(others)}): one approval authorizes one release"
+                )
     return proofs
-
-
-def _run_of(proofs: Sequence[Proof], release: Path) -> Any:
-    return next((p.facts.get("run_id") for p in proofs if p.release == release), None)

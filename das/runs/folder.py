@@ -88,8 +88,9 @@ def check_output_place(output: Path, state: Path) -> None:
     the state root — or an output that holds the state root. Said by name."""
     from das.runs.policy import RunRefused
 
-    output = Path(output).absolute()
-    state = Path(state).absolute()
+    # resolved: a state root reached through a symbolic link is still the state root
+    output = Path(output).resolve()
+    state = Path(state).resolve()
     if output == state or state.is_relative_to(output):
         raise RunRefused(
             f"the output {output} would hold the runs' state root {state} ({STATE_ENV}): run "

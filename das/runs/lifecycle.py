@@ -42,6 +42,7 @@ from das.privacy.accounting import PrivacyAccountant
 from das.privacy.mechanisms import Budget
 from das.runs.audit import AuditRecorder, md_escape
 from das.runs.certificate import certify
+from das.runs.cleanup import forget_records
 from das.runs.faults import InfrastructureFault, explain, resume_hint
 from das.runs.folder import RunFolder
 from das.runs.ledger import (
@@ -57,6 +58,7 @@ from das.runs.ledger import (
     parse_total,
 )
 from das.runs.ledger.approvals import approval_statement
+from das.runs.ledger.run_signatures import RunSigner
 from das.runs.noise_store import DrawLedger, describe_streams
 from das.runs.policy import Remedy, RunRefused, marker_banner
 from das.runs.progress import RunProgress
@@ -232,7 +234,12 @@ class ReleaseRun:
     @property
     def draws(self) -> DrawLedger:
         """What every noise store of this attempt answers to."""
-        return DrawLedger(self.ledger, self.run_id, self.state.attempt)
+        return DrawLedger(self.ledger, self.run_id, self.state.attempt, self.signer)
+
+    @property
+    def signer(self) -> RunSigner | None:
+        """The run key that signs the entries a resume trusts (its spend, its draws)."""
+        return None if self.check.run_key is None else RunSigner(self.check.run_key)
 
     def check_noise(self, files: Mapping[str, str]) -> None:
         """The noise files about to be read (or just read) are the ones the ledger recorded,
@@ -295,7 +302,7 @@ class ReleaseRun:
                 raise
             # A deployment run asks its approvers and waits (the host's pause): it goes on
             # only once a quorum's signatures are in the ledger.
-            self.host.await_approval(self, self.request_approval(refusal))
+            self.host.await_approval(self, self.request_approval(refusal, files))
             passes = self._authorize(dataset, files, accepted, remedy)
         self.passes = passes
         self.host.post_head(self.ledger.info(), f"after run {self.run_id} authorized its spend")
@@ -305,6 +312,7 @@ class ReleaseRun:
                 "dataset": dataset,
                 "passes": [item.to_dict() for item in passes],
                 "approval": (self.ledger.run(self.run_id) or self.state).approval,
+                **self.ledger.spend_summary(self.run_id),
             },
             inputs={
                 name: {"path": str(path), "id": files.get(name)}
@@ -320,7 +328,11 @@ class ReleaseRun:
             )  # fmt: skip
         return passes
 
-    def request_approval(self, refusal: ApprovalRequired) -> Approval:
+    def _reference(self, files: Mapping[str, str]) -> dict[str, str]:
+        """The ids of the public files the run read (the GRF-C): an approval names them."""
+        return {name: files[name] for name in sorted(self.inputs.reference) if name in files}
+
+    def request_approval(self, refusal: ApprovalRequired, files: Mapping[str, str]) -> Approval:
         """The approval statement this run's approvers are asked to sign: the one it asked for
         in an earlier attempt when it is still open, else a new one in the ledger (unsigned:
         a request; signatures authorize, not the row)."""
@@ -342,6 +354,7 @@ class ReleaseRun:
             note=f"requested by run {self.run_id}",
             requested_by=f"flow run {self.host.flow_run_id()}",
             run_id=self.run_id,
+            reference=self._reference(files),
         )
         return self.ledger.record_approval(statement)
 
@@ -361,6 +374,8 @@ class ReleaseRun:
                 files=files,
                 input_stats=self.inputs.stats(),
                 remedy=remedy,
+                signer=self.signer,
+                reference=self._reference(files),
             )
         except LedgerRefused as refusal:
             if "read other records" in str(refusal):
@@ -419,6 +434,7 @@ class ReleaseRun:
             "markers": list(self.markers),
             "ledger": {"id": self.info.ledger_id, "sealed_at": manifest.get("ledger")},
             "charters": proof["charters"],
+            "reference": proof["reference"],
             "approvals": proof["approvals"],
             "authorized_at": proof["authorized_at"],
             "production": proof["production"],
@@ -428,7 +444,7 @@ class ReleaseRun:
             "spend": [item.exact() for item in self.passes],
             "code_version": self.audit.record.get("code_version"),
         }
-        certify(staging, predicate, self.check.run_key)
+        certify(staging, predicate, self.check.run_key, manifest)
 
     def _release_artifact(self, result: Mapping[str, Any]) -> None:
         """Where the release is and what it is, on the run's page: the release folder, its
@@ -585,6 +601,10 @@ def release_run(
                 with contextlib.suppress(Exception):  # the ledger may be what failed
                     if not run.drawing:
                         ledger.release_reservation(run_id, type(exc).__name__)
+                    after = ledger.run(run_id)
+                    if after is not None and not after.counting:
+                        # it never drew: nothing resumes from its copy of the records
+                        forget_records(folder.root)
                     ledger.record_failure(
                         run_id, state.attempt, type(exc).__name__,
                         str(exc) if isinstance(exc, RunRefused) else None,

@@ -56,6 +56,7 @@ from das.privacy.mechanisms import release_draw
 from das.privacy.rng import RandomSource, default_source, seeded_rng
 from das.runs.folder import RunFolder, safe_name
 from das.runs.ledger import DrawRecord, PrivacyLedger
+from das.runs.ledger.run_signatures import RunSigner
 
 RngFor = Callable[[Measurement], Any]
 
@@ -121,6 +122,7 @@ class DrawLedger:
     ledger: PrivacyLedger
     run_id: str
     attempt: int
+    signer: RunSigner | None = None  # the run key that signs each record
 
     def recorded(self, name: str) -> DrawRecord | None:
         return self.ledger.draws(self.run_id).get(name)
@@ -129,7 +131,9 @@ class DrawLedger:
         self.ledger.charge_draw(self.run_id, self.attempt, name)
 
     def record(self, name: str, digest: str, size: int, file: str) -> DrawRecord:
-        return self.ledger.record_draw(self.run_id, self.attempt, name, digest, size, file)
+        return self.ledger.record_draw(
+            self.run_id, self.attempt, name, digest, size, file, self.signer
+        )
 
     def check_files(self, noise_dir: Path, files: Mapping[str, str | Path]) -> None:
         """The noise files a stage is about to read (or has read), by measurement name, are

@@ -23,7 +23,7 @@ import os
 import secrets
 import shutil
 import time
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -168,13 +168,42 @@ def describe_existing(release: Path) -> str | None:
     return None
 
 
-def _table_files(staging: Path) -> dict[str, dict[str, Any]]:
+def _table_files(
+    staging: Path, outputs: Mapping[str, Mapping[str, Any]], markers: Sequence[str]
+) -> dict[str, dict[str, Any]]:
+    """The release's files: the tables the run wrote (``outputs``: name → rows and the sha256
+    the writer took), its markers and its audit — nothing else. A file in staging that the run
+    did not write (a record file dropped in, an extra table) or a table whose bytes are not the
+    ones written stops the publication: the MANIFEST and the certificate vouch for exactly what
+    the run made."""
+    expected = {*outputs, *markers, AUDIT_FILE}
+    present = {
+        path.relative_to(staging).as_posix(): path
+        for path in sorted(staging.rglob("*"))
+        if not path.is_dir() or path.is_symlink()
+    }
+    stray = sorted(set(present) - expected - {MANIFEST})
+    missing = sorted(expected - set(present))
+    if stray or missing:
+        extra, absent = ", ".join(stray[:5]) or "none", ", ".join(missing[:5]) or "none"
+        raise RuntimeError(
+            f"the release being built in {staging} holds files the run did not write ({extra}) "
+            f"or lacks some it wrote ({absent}): nothing was published; the ledger keeps the "
+            "run's spend"
+        )
     files = {}
-    for path in sorted(p for p in staging.rglob("*") if p.is_file()):
-        relative = path.relative_to(staging).as_posix()
-        if relative == MANIFEST:
-            continue
-        files[relative] = {"bytes": path.stat().st_size, "sha256": file_sha256(path)}
+    for name in sorted(expected):
+        path = present[name]
+        if path.is_symlink() or not path.is_file():
+            raise RuntimeError(f"{name} in the release being built is not a regular file")
+        digest = file_sha256(path)
+        written = outputs.get(name, {}).get("sha256")
+        if written is not None and written != digest:
+            raise RuntimeError(
+                f"{name} changed in {staging} after the run wrote it: nothing was published; "
+                "the ledger keeps the run's spend"
+            )
+        files[name] = {"bytes": path.stat().st_size, "sha256": digest}
     return files
 
 
@@ -264,7 +293,7 @@ class ReleaseStager:
         atomic_write_text(
             staging / AUDIT_FILE, json.dumps(dict(audit), indent=1, allow_nan=False) + "\n"
         )
-        files = _table_files(staging)
+        files = _table_files(staging, outputs, markers)
         for name, info in outputs.items():
             if name in files and "rows" in info:
                 files[name]["rows"] = info["rows"]

@@ -288,11 +288,18 @@ def check_start(
         and not resuming_spend
         and not ledger.ledger.has_open_approval(request.product, sealed.digest)
     ):
+        held = ledger.ledger.approval_holders(request.product, sealed.digest)
         raise ApprovalRequired(
             f"no approval of these sealed parameters (config, spec files, coterminous file: "
             f"{sealed.digest[:12]}) for {request.product} signed by a quorum of approvers is "
             f"open in the privacy ledger {ledger.info.location}: in production every spend is "
-            "approved before the run. Nothing was read or drawn",
+            "approved before the run"
+            + (
+                ". The approval of these parameters went to " + "; ".join(h.line for h in held)
+                if held
+                else ""
+            )
+            + ". Nothing was read or drawn",
             Remedy(command=approve_command(request)),
             [],
             ledger.info.ceilings,

@@ -36,13 +36,18 @@ def record_verdict(
     store = configured_store()
     if store is None:
         return None
+    from das.runs.ledger.run_signatures import RunSigner
+    from das.runs.run_key import run_key
+
     fingerprints = dict(getattr(report, "fingerprints", None) or {})
     try:
         ledger = PrivacyLedger(store)
         ledger.require_intact()
+        signer = RunSigner(run_key()[0])  # counts in production only if the charter names it
         dataset = ledger.record_validation_of(
-            product, confidential, fingerprints, file_sha256(config), verdict_summary(report)
-        )
+            product, confidential, fingerprints, file_sha256(config), verdict_summary(report),
+            signer=signer,
+        )  # fmt: skip
     except RunRefused as exc:
         return f"not recorded in the privacy ledger: {exc}"
     where = "dataset " + dataset[:16] if dataset else "no dataset (records not read whole)"

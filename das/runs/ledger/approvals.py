@@ -20,6 +20,8 @@ none), ``approval-signature`` (``{"approval_id", "signature"}``) and ``approval-
 from __future__ import annotations
 
 import datetime as dt
+import hashlib
+import re
 import uuid
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
@@ -186,9 +188,11 @@ def approval_statement(
     requested_by: str,
     run_id: str | None = None,
     valid_days: int = DEFAULT_VALID_DAYS,
+    reference: Mapping[str, str] | None = None,
 ) -> dict[str, Any]:
     """A new approval statement (to be signed). ``parameters``: ``{"digest": ...,
-    "files": {name: sha256}}`` of the sealed parameters."""
+    "files": {name: sha256}}`` of the sealed parameters; ``reference``: the public files the
+    run reads besides (SafeTab-P's GRF-C, which sets the geography), by their ids."""
     if not 1 <= valid_days <= MAX_VALID_DAYS:
         raise ValueError(f"an approval is valid for 1 to {MAX_VALID_DAYS} days, not {valid_days}")
     made = now().replace(microsecond=0)
@@ -200,6 +204,7 @@ def approval_statement(
         "product": product,
         "dataset": dataset,
         "parameters": {"digest": str(parameters["digest"]), "files": dict(parameters["files"])},
+        "reference": dict(reference or {}),
         "definition": definition,
         "passes": {
             p.pass_name: {
@@ -218,30 +223,74 @@ def approval_statement(
     }
 
 
+_HEX64 = re.compile(r"[0-9a-f]{64}")
+_FILE_NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]{0,79}")
+
+
+def statement_problems(statement: Mapping[str, Any]) -> list[str]:
+    """What makes a statement not one this pipeline writes: an approver is never asked to sign
+    it. The sealed parameters' digest must be the one their file list gives, every name a plain
+    file name and every digest a SHA-256, the validity within the maximum — so that what the
+    approver reads (:func:`statement_text`) is what the run will check."""
+    problems = []
+    if statement.get("type") != APPROVAL_TYPE:
+        problems.append(f"not a {APPROVAL_TYPE} statement")
+    parameters = statement.get("parameters") or {}
+    files = parameters.get("files") or {}
+    if not isinstance(files, dict) or not files:
+        problems.append("it lists no sealed parameter file")
+        files = {}
+    for name, digest in files.items():
+        if not _FILE_NAME.fullmatch(str(name)) or not _HEX64.fullmatch(str(digest)):
+            problems.append(f"parameter file {str(name)[:40]!r} is not a plain name with a sha256")
+    lines = "".join(f"{name}:{files[name]}\n" for name in sorted(files))
+    if hashlib.sha256(lines.encode()).hexdigest() != parameters.get("digest"):
+        problems.append("its parameters' digest is not the one its file list gives")
+    for name, ident in dict(statement.get("reference") or {}).items():
+        if not _FILE_NAME.fullmatch(str(name)) or not _HEX64.fullmatch(str(ident)):
+            problems.append(f"reference file {str(name)[:40]!r} is not a plain name with an id")
+    if not _HEX64.fullmatch(str(statement.get("dataset", ""))):
+        problems.append("its dataset is not a dataset id")
+    try:
+        made, expires = _time(str(statement["made"])), _time(str(statement["expires"]))
+        if not dt.timedelta(0) < expires - made <= dt.timedelta(days=MAX_VALID_DAYS):
+            problems.append(f"it is valid for more than {MAX_VALID_DAYS} days, or for none")
+        for item in dict(statement.get("passes") or {}).values():
+            for key in ("prior", "this_run", "cumulative"):
+                parse_fraction_text(item[key])
+    except (KeyError, TypeError, ValueError):
+        problems.append("its times or totals do not parse")
+    return problems
+
+
 def statement_text(statement: Mapping[str, Any]) -> str:
     """An approval statement as a person reads it before signing (typed text escaped)."""
     from das.runs.typed_text import shown
 
     unit = "rho (zCDP)" if statement["definition"] == "zcdp" else "epsilon (pure DP)"
     lines = [
-        f"approval {statement['approval_id']} of a {statement['product']} spend",
-        f"  privacy ledger {statement['ledger_id']}, charter "
-        f"{(statement.get('charter') or 'none')[:16]}",
-        f"  dataset {str(statement['dataset'])[:16]} (its id in this ledger)",
-        f"  sealed parameters {statement['parameters']['digest'][:16]}:",
+        f"approval {shown(statement['approval_id'])} of a {shown(statement['product'])} spend",
+        f"  privacy ledger {shown(statement['ledger_id'])}, charter "
+        f"{shown(statement.get('charter') or 'none')[:16]}",
+        f"  dataset {shown(statement['dataset'])[:16]} (its id in this ledger)",
         *(
-            f"    {name}  sha256 {digest[:16]}"
+            f"  reference file {shown(name)}  id {shown(ident)[:16]}"
+            for name, ident in sorted(dict(statement.get("reference") or {}).items())
+        ),
+        f"  sealed parameters {shown(statement['parameters']['digest'])[:16]}:",
+        *(
+            f"    {shown(name)}  sha256 {shown(digest)[:16]}"
             for name, digest in sorted(statement["parameters"]["files"].items())
         ),
         f"  spend, {unit}:",
         *(
-            f"    pass {name}: earlier {decimal_text(parse_fraction_text(p['prior']))} + this run "
-            f"{decimal_text(parse_fraction_text(p['this_run']))} = cumulative "
+            f"    pass {shown(name)}: earlier {decimal_text(parse_fraction_text(p['prior']))} "
+            f"+ this run {decimal_text(parse_fraction_text(p['this_run']))} = cumulative "
             f"{decimal_text(parse_fraction_text(p['cumulative']))} (ceiling "
             f"{decimal_text(parse_fraction_text(statement['ceiling']))})"
             for name, p in sorted(statement["passes"].items())
         ),
-        f"  valid until {statement['expires']}",
+        f"  valid until {shown(statement['expires'])}",
         f"  note: {shown(statement.get('note', ''))}",
         f"  requested by {shown(statement.get('requested_by', ''))}"
         + (f" for run {shown(statement['run_id'])}" if statement.get("run_id") else ""),

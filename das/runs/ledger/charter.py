@@ -166,6 +166,18 @@ class CharterChain:
             return None
         return newest
 
+    @property
+    def runners(self) -> tuple[PublicKey, ...]:
+        """Every run key a charter of the chain in force named: a run authorized under an
+        earlier charter may resume under a later one."""
+        return tuple(dict.fromkeys(key for charter in self.chain for key in charter.runners))
+
+    @property
+    def since(self) -> int:
+        """The position of the ledger's first charter entry (0: none): entries before it were
+        written when the ledger had no charter, and no run key was named to sign them."""
+        return self.charters[0].seq if self.charters else 0
+
     def find(self, digest_prefix: str) -> Charter | None:
         found = [c for c in self.charters if c.digest.startswith(digest_prefix)]
         return found[0] if len(found) == 1 else None

@@ -12,6 +12,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from das.runs.ledger.errors import DrawRefused, DuplicateDraw
+from das.runs.ledger.run_signatures import RunSigner, signed
 from das.runs.ledger.state import RunState, fold_run
 from das.runs.ledger.store import LedgerTransaction
 
@@ -76,7 +77,14 @@ def charge_draw(db: LedgerTransaction, run_id: str, attempt: int, name: str) -> 
 
 
 def record_draw(
-    db: LedgerTransaction, run_id: str, attempt: int, name: str, digest: str, size: int, file: str
+    db: LedgerTransaction,
+    run_id: str,
+    attempt: int,
+    name: str,
+    digest: str,
+    size: int,
+    file: str,
+    signer: RunSigner | None = None,
 ) -> DrawRecord:
     """Record ``name``'s noise (its file and digest); if another process recorded it first,
     that record stands and is returned (the caller discards its own file)."""
@@ -86,11 +94,8 @@ def record_draw(
         return DrawRecord(name, held["digest"], held["size"], held["file"])
     if name not in state.charged:
         raise DrawRefused(f"{name}: drawn without being charged in the ledger")
-    db.append(
-        "draw-recorded",
-        {"name": name, "digest": digest, "size": int(size), "file": file, "attempt": attempt},
-        run_id=run_id,
-    )
+    payload = {"name": name, "digest": digest, "size": int(size), "file": file, "attempt": attempt}
+    db.append("draw-recorded", signed(payload, signer, "draw-recorded", run_id), run_id=run_id)
     return DrawRecord(name, digest, int(size), file)
 
 

@@ -23,6 +23,7 @@ what did not become a spend: ``run-released`` (stopped before any draw), ``run-f
 
 from __future__ import annotations
 
+import datetime as dt
 import hashlib
 import secrets
 import uuid
@@ -45,6 +46,7 @@ from das.runs.ledger.charter import (
 from das.runs.ledger.draws import DrawRecord
 from das.runs.ledger.errors import LedgerRefused
 from das.runs.ledger.identity import DATASET_TAG, NOISE_TAG, keyed_id, who
+from das.runs.ledger.run_signatures import RunSigner, entry_signer, unsigned
 from das.runs.ledger.state import (
     LEDGER_FORMAT,
     LedgerInfo,
@@ -126,19 +128,63 @@ def signature_problems(entries: Sequence[Entry]) -> list[str]:
                     f"({reason}) (forged?)"
                 )
     for entry in entries:
-        if entry.kind != "spend-authorized" or not entry.payload.get("production"):
-            continue
-        data = entry.payload
-        approval = approvals.get(str(data.get("approval")))
-        charter = None if approval is None else by_digest.get(str(approval.charter))
-        signed = 0 if approval is None else len(approval.signers(charter)[0])
-        if approval is None or charter is None or signed < charter.quorum:
+        statement = entry.payload.get("statement") if entry.kind == "approval" else None
+        if isinstance(statement, dict) and entry.dataset != statement.get("dataset"):
             problems.append(
-                f"run {entry.run_id} spent in production (entry {entry.seq}) under "
-                + (f"approval {approval.approval_id}, which {signed} approver(s) signed"
-                   if approval is not None else "no approval the ledger holds")
-                + ": no quorum approved it (forged?)"
-            )  # fmt: skip
+                f"entry {entry.seq} files approval {statement.get('approval_id')} under dataset "
+                f"{str(entry.dataset)[:16]}, its signed statement names "
+                f"{str(statement.get('dataset'))[:16]} (a copied row?)"
+            )
+    spent: dict[str, str] = {}
+    for entry in entries:
+        production = entry.payload.get("production") or (
+            chain.chartered and entry.seq > chain.since
+        )
+        if entry.kind != "spend-authorized" or not production:
+            continue
+        problems += _spend_problems(entry, approvals, by_digest, spent)
+    if chain.in_force is not None:
+        for entry in unsigned(entries, chain.runners):
+            if entry.seq > chain.since:
+                problems.append(
+                    f"entry {entry.seq} ({entry.kind} of run {entry.run_id}) is not signed by a "
+                    "run key of the charter: written around the pipeline (forged?)"
+                )
+    return problems
+
+
+def _spend_problems(
+    entry: Entry,
+    approvals: Mapping[str, Approval],
+    charters: Mapping[str, Charter],
+    spent: dict[str, str],
+) -> list[str]:
+    """Why a production spend is not one a quorum approved: no agreed approval of its dataset,
+    expired or rejected before the spend, or one another run spent already."""
+    data = entry.payload
+    approval = approvals.get(str(data.get("approval")))
+    where = f"run {entry.run_id} spent in production (entry {entry.seq})"
+    if approval is None:
+        return [f"{where} under no approval the ledger holds (forged?)"]
+    charter = charters.get(str(approval.charter))
+    signed = len(approval.signers(charter)[0])
+    problems = []
+    if charter is None or signed < charter.quorum:
+        problems.append(f"{where} under approval {approval.approval_id}, which {signed} "
+                        "approver(s) signed: no quorum approved it (forged?)")  # fmt: skip
+    if approval.statement.get("dataset") != entry.dataset:
+        problems.append(f"{where} on other records than approval {approval.approval_id} names")
+    at = dt.datetime.fromisoformat(entry.at)
+    if approval.expired(at):
+        problems.append(f"{where} after approval {approval.approval_id} expired")
+    rejected = approval.rejection
+    if rejected is not None and str(rejected.get("at", "")) <= entry.at:
+        problems.append(f"{where} under approval {approval.approval_id}, rejected before")
+    other = spent.setdefault(approval.approval_id, str(entry.run_id))
+    if other != entry.run_id:
+        problems.append(
+            f"{where} under approval {approval.approval_id}, which run {other} spent already"
+        )
     return problems
 
 
@@ -383,9 +429,12 @@ class PrivacyLedger:
         files: Mapping[str, str] | None = None,
         input_stats: Mapping[str, Any] | None = None,
         remedy: Remedy | None = None,
+        signer: RunSigner | None = None,
+        reference: Mapping[str, str] | None = None,
     ) -> list[PassSpend]:
         """Bind the run to the dataset it read and count its spend, or refuse
-        (:func:`~das.runs.ledger.spending.authorize`)."""
+        (:func:`~das.runs.ledger.spending.authorize`); ``signer``: the run key that signs the
+        entry (:mod:`~das.runs.ledger.run_signatures`)."""
         with self.store.transaction(write=True) as db:
             return spending.authorize(
                 db,
@@ -398,6 +447,8 @@ class PrivacyLedger:
                 files=files,
                 input_stats=input_stats,
                 remedy=remedy,
+                signer=signer,
+                reference=reference,
             )
 
     # -- the charter (:mod:`~das.runs.ledger.charter`) -----------------------------------------
@@ -461,12 +512,19 @@ class PrivacyLedger:
     # -- approvals (:mod:`~das.runs.ledger.approvals`) -----------------------------------------
 
     def plan_spend(
-        self, product: str, dataset: str, parameters: str, definition: str,
+        self,
+        product: str,
+        dataset: str,
+        parameters: str,
+        definition: str,
         budgets: Mapping[str, Budget],
-    ) -> tuple[list[PassSpend], Fraction, CharterChain, Approval | None]:  # fmt: skip
+        reference: Mapping[str, str] | None = None,
+    ) -> tuple[list[PassSpend], Fraction, CharterChain, list[Approval]]:
         """What approving this spend would say — per pass the earlier, this-run and cumulative
-        totals, the ceiling, the charters — and the open statement of the same spend that
-        another approver started, if any. Refuses a spend above the ceiling."""
+        totals, the ceiling, the charters — and the open statements of this dataset under the
+        charter in force (unused, unrejected, unexpired), which an approver may co-sign when
+        one says exactly what they would (:func:`das.spend_approval.propose` decides). Refuses
+        an infinite budget and a spend above the ceiling."""
         infinite = sorted(name for name, b in budgets.items() if isinstance(b, float))
         if infinite:
             raise LedgerRefused(
@@ -482,6 +540,7 @@ class PrivacyLedger:
             ceiling = spending.ceilings(info, chain)[definition]
             spending.check_ceiling(passes, ceiling, dataset, counting, "cannot approve: ")
             used = spending.used_approvals(runs)
+            charter = None if chain.in_force is None else chain.in_force.digest
             open_ = [
                 a
                 for a in spending.dataset_approvals(db, dataset)
@@ -489,14 +548,9 @@ class PrivacyLedger:
                 and a.rejection is None
                 and not a.expired()
                 and a.statement.get("ledger_id") == info.ledger_id
-                and a.charter == (None if chain.in_force is None else chain.in_force.digest)
-                and a.covers(product, parameters, definition, passes)
-                and a.passes == {p.pass_name: {"prior": fraction_text(p.prior),
-                                              "this_run": fraction_text(p.this_run),
-                                              "cumulative": fraction_text(p.cumulative)}
-                                 for p in passes}
-            ]  # fmt: skip
-        return passes, ceiling, chain, (open_[0] if open_ else None)
+                and a.charter == charter
+            ]
+        return passes, ceiling, chain, open_
 
     def record_approval(
         self, statement: Mapping[str, Any], signatures: Sequence[str] = ()
@@ -612,6 +666,18 @@ class PrivacyLedger:
         needed = 0 if chain.in_force is None else chain.in_force.quorum
         return found[0].agreed(chain), sorted(signers, key=lambda k: k.fingerprint), needed
 
+    def spend_summary(self, run_id: str) -> dict[str, Any]:
+        """What a run's audit says of its spend's authority: production or not, the charter
+        it was made under, who signed its approval (key fingerprints)."""
+        with self.store.transaction() as db:
+            found = db.entries(run_id=run_id, kinds=("spend-authorized",))
+        data = found[0].payload if found else {}
+        return {
+            "production": bool(data.get("production")),
+            "charter": data.get("charter"),
+            "approved_by": list(data.get("approved_by") or []),
+        }
+
     def spend_proof(self, run_id: str) -> dict[str, Any]:
         """What a release's certificate carries of its run's spend: the charter chain up to
         the charter the spend was authorized under, the approval it used (statement and
@@ -623,6 +689,15 @@ class PrivacyLedger:
             entry = authorized[0]
             data = entry.payload
             chain = spending.charter_chain(db)
+            if (
+                chain.in_force is not None
+                and entry.seq > chain.since
+                and entry_signer(entry, chain.runners) is None
+            ):
+                raise LedgerRefused(
+                    f"run {run_id}'s authorization (entry {entry.seq}) is not signed by a "
+                    "run key of the charter: no certificate is made for it"
+                )
             charters = []
             for charter in chain.chain:
                 charters.append({"statement": charter.statement,
@@ -638,6 +713,7 @@ class PrivacyLedger:
             )  # fmt: skip
         return {
             "charters": charters,
+            "reference": dict(data.get("reference") or {}),
             "approvals": [] if approval is None else [approval.record()],
             "authorized_at": entry.at,
             "production": bool(data.get("production")),
@@ -692,6 +768,20 @@ class PrivacyLedger:
             for a in self.approvals()
         )
 
+    def approval_holders(self, product: str, parameters: str) -> list[spending.Holder]:
+        """The unfinished runs that used an approval of this product and these sealed
+        parameters, each with its way out: what a run refused for want of an open approval
+        tells the operator when a crashed run took it."""
+        used = {
+            a["used_by"]
+            for a in self.approvals()
+            if a["used_by"] is not None
+            and a["statement"]["product"] == product
+            and a["statement"]["parameters"]["digest"] == parameters
+        }
+        runs = [self.run(run_id) for run_id in sorted(used)]
+        return spending.holders(r for r in runs if r is not None)
+
     def totals(self, dataset: str) -> dict[str, dict[str, str]]:
         """Cumulative spend per pass of a dataset (:func:`~das.runs.ledger.spending.totals`)."""
         with self.store.transaction() as db:
@@ -716,14 +806,39 @@ class PrivacyLedger:
             draws.charge_draw(db, run_id, attempt, name)
 
     def record_draw(
-        self, run_id: str, attempt: int, name: str, digest: str, size: int, file: str
+        self,
+        run_id: str,
+        attempt: int,
+        name: str,
+        digest: str,
+        size: int,
+        file: str,
+        signer: RunSigner | None = None,
     ) -> DrawRecord:
         """Record ``name``'s noise; the record that stands (another process's, if first)."""
         with self.store.transaction(write=True) as db:
-            return draws.record_draw(db, run_id, attempt, name, digest, size, file)
+            return draws.record_draw(db, run_id, attempt, name, digest, size, file, signer)
 
     def draws(self, run_id: str) -> dict[str, DrawRecord]:
-        return draws.recorded_draws(self.run(run_id))
+        """The draws the ledger recorded for a run. In a chartered ledger each record must be
+        signed by a run key of the charter: a record written by hand (a noise file of zeros
+        "already drawn") is refused, never reused."""
+        with self.store.transaction() as db:
+            chain = spending.charter_chain(db)
+            entries = db.entries(run_id=run_id)
+        if chain.in_force is not None:
+            forged = [
+                e for e in unsigned(entries, chain.runners)
+                if e.kind == "draw-recorded" and e.seq > chain.since
+            ]  # fmt: skip
+            if forged:
+                raise LedgerRefused(
+                    f"the ledger's record of {forged[0].payload.get('name')} drawn by run "
+                    f"{run_id} (entry {forged[0].seq}) is not signed by a run key of the "
+                    "charter: it was written around the pipeline (forged?). Its noise is never "
+                    "reused; `das ledger verify` names it"
+                )
+        return draws.recorded_draws(fold_run(entries))
 
     # -- the release (:mod:`~das.runs.ledger.anchors`) ------------------------------------------
 
@@ -760,10 +875,14 @@ class PrivacyLedger:
         config_sha256: str,
         summary: Mapping[str, Any],
         run_id: str | None = None,
+        signer: RunSigner | None = None,
     ) -> None:
-        """A validation verdict of these records under this config (counts and check names)."""
+        """A validation verdict of these records under this config (counts and check names),
+        signed by ``signer``'s run key when there is one."""
         with self.store.transaction(write=True) as db:
-            validations.record_validation(db, product, dataset, config_sha256, summary, run_id)
+            validations.record_validation(
+                db, product, dataset, config_sha256, summary, run_id, signer
+            )
 
     def record_validation_of(
         self,
@@ -773,6 +892,7 @@ class PrivacyLedger:
         config_sha256: str,
         summary: Mapping[str, Any],
         run_id: str | None = None,
+        signer: RunSigner | None = None,
     ) -> str | None:
         """:meth:`record_validation` under the dataset id of the records validated (none when a
         confidential file was not read whole); the dataset id."""
@@ -782,13 +902,16 @@ class PrivacyLedger:
         dataset = None
         if names and all(name in fingerprints for name in names):
             dataset = self.dataset_id(combine_fingerprints({n: fingerprints[n] for n in names}))
-        self.record_validation(product, dataset, config_sha256, summary, run_id)
+        self.record_validation(product, dataset, config_sha256, summary, run_id, signer)
         return dataset
 
     def passing_validation(self, product: str, dataset: str, config_sha256: str) -> bool:
-        """Whether the latest validation of these records under this config passed."""
+        """Whether the latest validation of these records under this config passed (in a
+        chartered ledger: the latest one a run key of the charter signed)."""
         with self.store.transaction() as db:
-            return validations.passing_validation(db, product, dataset, config_sha256)
+            chain = spending.charter_chain(db)
+            runners = chain.runners if chain.in_force is not None else None
+            return validations.passing_validation(db, product, dataset, config_sha256, runners)
 
     # -- reading ---------------------------------------------------------------------------------
 

@@ -33,6 +33,7 @@ from das.runs.ledger.errors import (
     CumulativeSpendRequired,
     LedgerRefused,
 )
+from das.runs.ledger.run_signatures import RunSigner, entry_signer, signed
 from das.runs.ledger.state import LedgerInfo, RunState, fold_run
 from das.runs.ledger.store import LedgerTransaction
 from das.runs.policy import Remedy
@@ -193,6 +194,7 @@ def usable_approval(
     dataset: str,
     passes: Sequence[PassSpend],
     at: dt.datetime,
+    reference: Mapping[str, str] | None = None,
 ) -> Approval | None:
     """The oldest approval that allows this run's spend: agreed (a quorum's signatures under
     the charter in force; any, without a charter), of this ledger, this product, these sealed
@@ -205,6 +207,10 @@ def usable_approval(
             continue
         if approval.run_id not in (None, run.run_id):
             continue
+        if approval.statement.get("dataset") != dataset:
+            continue  # the statement names its records; the row's column is no authority
+        if (approval.statement.get("reference") or {}) != dict(reference or {}):
+            continue  # approved for other reference files (another GRF-C: other geography)
         if not approval.covers(run.product, str(run.binding["seal"]), run.definition, passes):
             continue
         if approval.agreed(chain):
@@ -224,6 +230,8 @@ def authorize(
     files: Mapping[str, str] | None,
     input_stats: Mapping[str, Any] | None,
     remedy: Remedy | None,
+    signer: RunSigner | None = None,
+    reference: Mapping[str, str] | None = None,
 ) -> list[PassSpend]:
     """Bind the run to the dataset it read and count its spend, or refuse.
 
@@ -244,9 +252,10 @@ def authorize(
             "and reusing it on changed records would release the exact change. Nothing "
             "was drawn now; start a new run (new run id) for these records"
         )
-    if state.counting:
-        return list(state.passes)
     chain = charter_chain(db)
+    if state.counting:
+        _check_signed_authorization(db, chain, run_id)
+        return list(state.passes)
     production = production or chain.chartered
     if production and chain.in_force is None:
         raise LedgerRefused(
@@ -260,7 +269,9 @@ def authorize(
     ceiling = ceilings(info, chain)[state.definition]
     if not state.not_private:
         check_ceiling(passes, ceiling, dataset, counting)
-    approval = usable_approval(db, info, chain, state, dataset, passes, dt.datetime.now(dt.UTC))
+    approval = usable_approval(
+        db, info, chain, state, dataset, passes, dt.datetime.now(dt.UTC), reference
+    )
     accepted_text = None
     if approval is None:
         if production:
@@ -289,24 +300,45 @@ def authorize(
         if approval is not None
         else []
     )
+    payload = {
+        "passes": [p.exact() for p in passes],
+        "approval": None if approval is None else approval.approval_id,
+        "approval_digest": None if approval is None else approval.digest,
+        "approved_by": signers,
+        "charter": None if chain.in_force is None else chain.in_force.digest,
+        "accepted": accepted_text,
+        "files": dict(files or {}),
+        "reference": dict(reference or {}),
+        "input_stats": dict(input_stats or {}),
+        "ceiling": fraction_text(ceiling),
+        "production": production,  # a spend without approval shows why
+    }
     db.append(
         "spend-authorized",
-        {
-            "passes": [p.exact() for p in passes],
-            "approval": None if approval is None else approval.approval_id,
-            "approval_digest": None if approval is None else approval.digest,
-            "approved_by": signers,
-            "charter": None if chain.in_force is None else chain.in_force.digest,
-            "accepted": accepted_text,
-            "files": dict(files or {}),
-            "input_stats": dict(input_stats or {}),
-            "ceiling": fraction_text(ceiling),
-            "production": production,  # a spend without approval shows why
-        },
+        signed(payload, signer, "spend-authorized", run_id, dataset),
         run_id=run_id,
         dataset=dataset,
     )
     return passes
+
+
+def _check_signed_authorization(db: LedgerTransaction, chain: CharterChain, run_id: str) -> None:
+    """A resume trusts its run's authorization only when a run key of the charter signed it: a
+    ``spend-authorized`` entry written into the database by hand (to resume a run "already
+    authorized" under an approval another run spent) is refused."""
+    if chain.in_force is None:
+        return
+    found = db.entries(run_id=run_id, kinds=("spend-authorized",))
+    if found and found[0].seq > chain.since and not entry_signer(found[0], chain.runners):
+        raise LedgerRefused(
+            f"the ledger's record that run {run_id} was authorized (entry {found[0].seq}) is "
+            "not signed by a run key of the charter: it was written around the pipeline "
+            "(forged?). Nothing was drawn; `das ledger verify` names it. Start a new run",
+            Remedy(
+                command="report it to the approvers; start a new run (a new run id), which "
+                "asks for its own approval"
+            ),
+        )
 
 
 def _accepted_totals(

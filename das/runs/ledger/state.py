@@ -216,10 +216,10 @@ def fold_run(entries: Iterable[Entry]) -> RunState | None:
         if state is None:
             continue
         state.last_at = entry.at
-        unexpected = _out_of_order(state, entry.kind)
+        unexpected = _out_of_order(state, entry.kind, data)
         if unexpected:
             state.out_of_order.append(f"entry {entry.seq} ({entry.kind}) {unexpected}")
-            if entry.kind in ("run-opened", "spend-authorized", "run-released"):
+            if entry.kind in ("run-opened", "spend-authorized", "run-released", "draw-recorded"):
                 continue
         if entry.kind == "run-resumed":
             state.attempt = int(data["attempt"])
@@ -259,8 +259,15 @@ def fold_run(entries: Iterable[Entry]) -> RunState | None:
     return state
 
 
-def _out_of_order(state: RunState, kind: str) -> str:
+def _out_of_order(state: RunState, kind: str, data: Mapping[str, Any]) -> str:
     """Why ``kind`` cannot follow ``state`` as this code writes a run (empty: it can)."""
+    if kind == "draw-recorded":
+        name = data.get("name")
+        if name in state.draws:
+            return f"records {name} again (a draw is recorded once; the first record stands)"
+        if name not in state.charged:
+            return f"records {name}, which was never charged"
+        return ""
     if kind == "run-opened":
         return "opens a run that is open already"
     if kind == "spend-authorized" and state.counting:
