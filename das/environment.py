@@ -17,6 +17,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from das.heartbeats import DEFAULT_CRASH_AFTER_SECONDS, DEFAULT_HEARTBEAT_SECONDS
+
 ROLES = {
     "terminal": "an operator's `das` commands (`das run`, `das ledger`, `das deploy`, ...)",
     "worker": "the Prefect worker (`das prefect worker start`) on each worker host; its flow "
@@ -101,9 +103,13 @@ VARIABLES: tuple[Variable, ...] = (
         "DAS_RUN_KEY",
         "the per-user key ${XDG_DATA_HOME:-~/.local/share}/das/run-key, created on first use "
         "outside production",
-        "Path of the run's signing key (an OpenSSH ed25519 private key, mode 0600) that signs "
-        "every release's certificate. In production it is the service account's key, one of "
-        "the runners the ledger's charter names; operators cannot read it.",
+        "Path of the run's signing key (an OpenSSH ed25519 private key, mode 0600). It signs "
+        "the ledger entries the run writes that a resume or a certificate trusts (its "
+        "`spend-authorized` and each `draw-recorded` entry, its validation verdict) and every "
+        "release's certificate; in a chartered ledger only entries a run key of the charter "
+        "signed are trusted. In production it is the service account's key, one of the "
+        "runners the ledger's charter names; operators cannot read it. On a Dask cluster the "
+        "workers record draws and must see the key at the same path.",
         ("flow run", "terminal"),
         secret_file=True,
     ),
@@ -132,6 +138,27 @@ VARIABLES: tuple[Variable, ...] = (
         ("worker",),
     ),
     # -- Prefect ---------------------------------------------------------------------------------
+    Variable(
+        "DAS_HEARTBEAT_SECONDS",
+        str(DEFAULT_HEARTBEAT_SECONDS),
+        "Seconds between a flow run's heartbeats (Prefect's `PREFECT_FLOWS_HEARTBEAT_FREQUENCY`, "
+        "which every `das` process sets from it; at least 30, Prefect's floor). `das deploy` "
+        "writes it into every deployment (the Prefect variable `das_heartbeat_seconds`): set it "
+        "where `das deploy` runs, and for `das run`. Change it together with "
+        "`DAS_CRASH_AFTER_SECONDS` and register again.",
+        ("terminal",),
+    ),
+    Variable(
+        "DAS_CRASH_AFTER_SECONDS",
+        str(DEFAULT_CRASH_AFTER_SECONDS),
+        "Silence after which the automation \"das: crash runs that stop beating\" marks a run of "
+        "the DAS flows Crashed (its process or host is gone; Retry resumes it). At least twice "
+        "`DAS_HEARTBEAT_SECONDS` (one late beat never crashes a live run), refused otherwise. "
+        "Read where `das deploy` runs (it creates or updates the automation); `das run` uses it "
+        "only to create a missing automation, and warns when the server's window is too short "
+        "for its heartbeat.",
+        ("terminal",),
+    ),
     Variable(
         "DAS_PREFECT_AUTH_FILE",
         "unset (Prefect's own PREFECT_API_AUTH_STRING, if any)",
@@ -185,9 +212,9 @@ VARIABLES: tuple[Variable, ...] = (
         ("tests",),
     ),
     Variable(
-        "DAS_E2E",
-        "unset",
-        "`1` runs the install end-to-end tests (`.ci/e2e-wheel`).",
+        "DAS_TEST_WORKERS",
+        "2",
+        "pytest-xdist workers of each tier in `.ci/test`.",
         ("tests",),
     ),
     Variable(
@@ -234,14 +261,28 @@ VARIABLES: tuple[Variable, ...] = (
         ("tests",),
     ),
     Variable(
+        "DAS_TEST_GATE",
+        "(set by the test)",
+        "The concurrency tests' gate folder: each run stops at its first measurement until "
+        "the test opens the gate.",
+        ("tests",),
+    ),
+    Variable(
+        "DAS_REFRESH_SCREENSHOTS",
+        "unset (screenshots go to a temporary folder)",
+        "`1`: the browser tests write their screenshots into `docs/screenshots/` (to refresh "
+        "the committed ones, on purpose); otherwise no test writes into the checkout.",
+        ("tests",),
+    ),
+    Variable(
         "DAS_SCREENSHOTS",
-        "docs/screenshots/prefect",
+        "a temporary folder (docs/screenshots/prefect with DAS_REFRESH_SCREENSHOTS=1)",
         "Where the end-to-end browser test saves the Prefect UI's screenshots.",
         ("tests",),
     ),
     Variable(
         "DAS_EXPLORER_SCREENSHOTS",
-        "docs/screenshots/explorer",
+        "a temporary folder (docs/screenshots/explorer with DAS_REFRESH_SCREENSHOTS=1)",
         "Where the explorer's browser test saves its screenshots.",
         ("tests",),
     ),
@@ -268,6 +309,14 @@ RELATED: tuple[Variable, ...] = (
         "180 (set by `das run` when unset)",
         "How long the temporary local Prefect API of a `das run` may take to start.",
         ("terminal",),
+    ),
+    Variable(
+        "PREFECT_FLOWS_HEARTBEAT_FREQUENCY",
+        f"{DEFAULT_HEARTBEAT_SECONDS} (from DAS_HEARTBEAT_SECONDS; Prefect's own default is 180)",
+        "How often a flow run emits its heartbeat. Every `das` process sets it from "
+        "`DAS_HEARTBEAT_SECONDS` (over an inherited value); each deployment's flow run gets it "
+        "from the Prefect variable `das_heartbeat_seconds` (`deploy/prefect.yaml`).",
+        ("terminal", "flow run"),
     ),
     Variable(
         "XDG_DATA_HOME",
