@@ -238,7 +238,7 @@ def test_every_das_command_line_in_the_docs_exists() -> None:
 
 def test_a_wrong_command_line_is_caught() -> None:
     """The check above can fail: a made-up command, sub-command and option are named."""
-    assert _problems("das runs clean")
+    assert _problems("das runs purge")
     assert _problems("das ledger approve --product safetab-p --signer alice")
     assert _problems("das ledger frobnicate")
     assert _problems("das run safetab-p --config c --data d --output o") == []
