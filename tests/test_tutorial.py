@@ -4,7 +4,12 @@ Each ```` ```bash ```` block of a tutorial preceded by ``<!-- test: NAME -->`` i
 order, in one bash session (``set -euo pipefail``) in a fresh temporary folder, with the
 repository's virtualenv first on the PATH (what ``source .venv/bin/activate`` does for the
 reader), a private home, and no ``DAS_*`` or ``PREFECT_*`` variable from the caller's
-environment. ``<!-- test: NAME expect="TEXT" -->`` also requires TEXT in that block's output.
+environment but two, for time: ``PREFECT_API_URL`` names the session's Prefect test harness
+(one server for every page, where each ``das run`` would otherwise start a temporary one: 10-35
+s each on 2 cores), and ``DAS_TASK_RUNNER=threads`` keeps the flows' tasks on threads (with an
+API URL set, each ``das run`` would start a Dask cluster of worker processes;
+tests/test_dask_cluster.py tests those). The commands are the page's, as typed.
+``<!-- test: NAME expect="TEXT" -->`` also requires TEXT in that block's output.
 
 - ``tutorial``: docs/tutorials/first-release.md, every step of it.
 - ``production``: docs/tutorials/first-production-release.md, the part that runs on one
@@ -58,10 +63,12 @@ def blocks(page: Path, name: str) -> list[Block]:
     return found
 
 
-def environment(home: Path) -> dict[str, str]:
+def environment(home: Path, api_url: str) -> dict[str, str]:
     keep = {k: v for k, v in os.environ.items() if not k.startswith(("DAS_", "PREFECT_", "XDG_"))}
     return {
         **keep,
+        "PREFECT_API_URL": api_url,
+        "DAS_TASK_RUNNER": "threads",
         "PATH": f"{VENV_BIN}{os.pathsep}/usr/bin{os.pathsep}/bin",
         "HOME": str(home),
         "XDG_DATA_HOME": str(home / ".local" / "share"),
@@ -69,6 +76,15 @@ def environment(home: Path) -> dict[str, str]:
         "XDG_CACHE_HOME": str(home / ".cache"),
         "NO_COLOR": "1",
     }
+
+
+def api_url() -> str:
+    """The session's Prefect test harness (fixture ``prefect_server``), for the pages' runs."""
+    from prefect.settings import PREFECT_API_URL
+
+    url = PREFECT_API_URL.value()
+    assert url, "the prefect_server fixture sets PREFECT_API_URL"
+    return str(url)
 
 
 def run_page(name: str, folder: Path) -> dict[int, str]:
@@ -85,7 +101,7 @@ def run_page(name: str, folder: Path) -> dict[int, str]:
     done = subprocess.run(
         ["bash", "-c", "\n".join(script)],
         cwd=work,
-        env=environment(home),
+        env=environment(home, api_url()),
         capture_output=True,
         text=True,
         timeout=1700,
@@ -115,6 +131,7 @@ def test_the_marker_finds_the_blocks_it_should() -> None:
 
 
 @pytest.mark.timeout(1800)
+@pytest.mark.usefixtures("prefect_server")
 def test_first_release_tutorial_runs_as_typed(tmp_path: Path) -> None:
     run_page("tutorial", tmp_path)
     release = tmp_path / "work" / "tutorial" / "release"
@@ -123,6 +140,7 @@ def test_first_release_tutorial_runs_as_typed(tmp_path: Path) -> None:
 
 
 @pytest.mark.timeout(1800)
+@pytest.mark.usefixtures("prefect_server")
 def test_first_production_release_runs_as_typed_on_one_machine(tmp_path: Path) -> None:
     if shutil.which("ssh-keygen") is None:
         pytest.skip("ssh-keygen (OpenSSH) is not installed")
