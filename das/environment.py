@@ -151,7 +151,7 @@ VARIABLES: tuple[Variable, ...] = (
     Variable(
         "DAS_CRASH_AFTER_SECONDS",
         str(DEFAULT_CRASH_AFTER_SECONDS),
-        "Silence after which the automation \"das: crash runs that stop beating\" marks a run of "
+        'Silence after which the automation "das: crash runs that stop beating" marks a run of '
         "the DAS flows Crashed (its process or host is gone; Retry resumes it). At least twice "
         "`DAS_HEARTBEAT_SECONDS` (one late beat never crashes a live run), refused otherwise. "
         "Read where `das deploy` runs (it creates or updates the automation); `das run` uses it "
