@@ -1,9 +1,10 @@
 """Package layout beyond what pyproject.toml can say (the metadata and dependencies live there).
 
-1. The data folders stay at the top of the repository (DESIGN §2: ``expectations/``,
-   ``data_specs/``) and ship inside the package as ``das.resources.expectations`` and
-   ``das.resources.data_specs``: a package-dir mapping, which pyproject's ``packages.find``
-   cannot combine with discovery. Readers find them through :mod:`das.resources`.
+1. The data folders stay at the top of the repository (``expectations/``, ``data_specs/``:
+   docs/explanation/architecture.md#layout) and ship inside the package as
+   ``das.resources.expectations`` and ``das.resources.data_specs``: a package-dir mapping, which
+   pyproject's ``packages.find`` cannot combine with discovery. Readers find them through
+   :mod:`das.resources`.
 2. A wheel records the commit it is built from (``das/resources/build-info.json``), so the
    audit's code version names it where no git checkout exists.
 """

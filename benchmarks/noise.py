@@ -4,7 +4,7 @@
 
 Discrete Gaussian at σ² ∈ {2.3, 31.4, 625, 92402} and the two-sided geometric at the
 comparable scale σ (as an exact decimal rational, e.g. 303.977 = 303977/1000). Targets on
-one core (DESIGN.md §5): >= 2.5 M/s discrete Gaussian, >= 4 M/s geometric.
+one core (docs/explanation/architecture.md#noise): >= 2.5 M/s discrete Gaussian, >= 4 M/s geometric.
 """
 
 from __future__ import annotations

@@ -135,7 +135,7 @@ def server_accepts(prog: str) -> int:
         print(
             f"{prog}: warning: the Prefect server at {api_url} answers anonymous calls: anyone "
             "who reaches it can trigger a release. Start it with `das prefect server start` and "
-            f"{AUTH_FILE_ENV} (README, Run it in production)",
+            f"{AUTH_FILE_ENV} (docs/how-to/secure-the-prefect-server.md)",
             file=sys.stderr,
         )
     return 0

@@ -20,7 +20,7 @@ from pathlib import Path
 
 from das.io.tables import not_a_regular_file
 
-MAX_PARAMETER_FILE_BYTES = 4 * 1024 * 1024  # per file; README "Tuning explorer" documents it
+MAX_PARAMETER_FILE_BYTES = 4 * 1024 * 1024  # per file; docs/how-to/tune-budgets.md documents it
 _OPEN_FLAGS = os.O_RDONLY | os.O_NONBLOCK | getattr(os, "O_NOCTTY", 0) | os.O_CLOEXEC
 _CHUNK = 1 << 20
 

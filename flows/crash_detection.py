@@ -64,7 +64,7 @@ def crash_automation(settings: Liveness) -> AutomationCore:
             f"a heartbeat every {settings.heartbeat_seconds} s (DAS_HEARTBEAT_SECONDS); after "
             f"{window} s without one (DAS_CRASH_AFTER_SECONDS) the process or its host is gone "
             "(a killed worker and flow process, a lost host, a killed `das run`), and Retry "
-            "resumes the run. Created by `das deploy` (README, Run it in production)."
+            "resumes the run. Created by `das deploy` (docs/how-to/crashed-or-stuck-run.md)."
         ),
         enabled=True,
         trigger=EventTrigger(

@@ -9,12 +9,12 @@ checks the production policy, the privacy ledger, the run id's binding and the o
 the spill — which fingerprints the three files — the run proves it holds the records
 validation read and the ledger authorizes its spend, before the first draw. Buckets
 and tables run in parallel on the task runner; tasks exchange paths into the run's work folder.
-Every draw is persisted in ``OUT.das/runs/<run-id>/`` with its ledger entry, so a rerun with the
-same run id (by default the Prefect flow-run id: Prefect's Retry) reuses the noise already drawn
-and never spends budget twice; completed steps are not redone; the postprocessing seed is
-persisted too, so the resumed release equals an uninterrupted one. The release is built in a
-staging folder and renamed into ``OUT`` whole. ``seed`` is for tests and demos only (refused
-under ``DAS_PRODUCTION=1``).
+Every draw is persisted in ``<state root>/runs/<run-id>/`` with its ledger entry, so a rerun
+with the same run id (by default the Prefect flow-run id: Prefect's Retry) reuses the noise
+already drawn and never spends budget twice; completed steps are not redone; the
+postprocessing seed is persisted too, so the resumed release equals an uninterrupted one. The
+release is built in a staging folder and renamed into ``OUT`` whole. ``seed`` is for tests and
+demos only (refused in production).
 """
 
 from __future__ import annotations

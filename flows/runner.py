@@ -82,8 +82,8 @@ def task_runner_from_env(workers: int = 2) -> TaskRunner:
 
     The local cluster uses worker *processes* only when a Prefect API server is configured
     (``PREFECT_API_URL``): without one each worker process would start its own temporary
-    server (DESIGN §8), so the ephemeral/offline mode uses threads (numpy releases the GIL in
-    the counting and sampling kernels).
+    server (docs/explanation/architecture.md#prefect), so the ephemeral/offline mode uses
+    threads (numpy releases the GIL in the counting and sampling kernels).
     """
     address = os.environ.get("DAS_DASK_ADDRESS")
     if not address and os.environ.get("DAS_TASK_RUNNER") == "threads":

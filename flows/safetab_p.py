@@ -10,9 +10,9 @@ after the person file's spill — which fingerprints it — the run proves it ho
 validation read and the ledger authorizes its spend, before the first draw.
 States and levels run in parallel through the task runner (:func:`flows.runner.
 task_runner_from_env`); tasks exchange paths into the run's work folder, never frames. Every
-draw is persisted in ``OUT.das/runs/<run-id>/`` with its ledger entry, so rerunning a failed run
-with the same run id (by default the Prefect flow-run id: Prefect's Retry) reuses the noise
-already drawn and never spends budget twice; completed steps are not redone
+draw is persisted in ``<state root>/runs/<run-id>/`` with its ledger entry, so rerunning a
+failed run with the same run id (by default the Prefect flow-run id: Prefect's Retry) reuses
+the noise already drawn and never spends budget twice; completed steps are not redone
 (:mod:`das.runs.steps`). The release is built in a staging folder and renamed into ``OUT``
 whole, with its audit and manifest. ``seed`` is for tests and demos only (refused under
 ``DAS_PRODUCTION=1``).

@@ -25,6 +25,55 @@ from das.runs.audit import audit_markdown, md_escape  # noqa: E402
 REPORT_HTML = "report.html"
 DATA_DOCS_INDEX = Path("data_docs") / "index.html"
 
+# Every artifact a run posts, by key (``<product>``: safetab-p or phsafe; ``<pass>``: us or pr;
+# ``<label>``: the validate-only deployment's label), with what it shows. The documentation's
+# page of artifacts is generated from this; tests/test_docs.py holds it to the code's keys.
+ARTIFACTS: dict[str, str] = {
+    "<product>-progress": "The run's progress: a bar, the stage and its units done of the "
+    "total, the time spent and left; it ends on where the release is.",
+    "<product>-validation": "The run's validation verdict: VALID or NOT VALID, the counts of "
+    "errors, warnings and checks, the failed checks by name, where the report is (no value).",
+    "<product>-approval": "A deployment run waiting for approval: the planned spend per pass "
+    "(earlier, this run, cumulative, ceiling), the statement to sign, who may sign, and how "
+    "(`das ledger approve --approval ID`, or `ssh-keygen -Y sign` and the Resume form).",
+    "<product>-privacy-<pass>": "One table per pass: every measurement with its budget, "
+    "sensitivity Δ, σ² (or scale), MOE and whether it was drawn.",
+    "<product>-privacy-totals": "The privacy spend per pass: unbounded, bounded (change one "
+    "person) and (ε, δ) by each conversion.",
+    "<product>-audit": "The audit record of each attempt (titled with its number): sealed "
+    "parameter hashes, the ledger's ids and totals, randomness, validation, output hashes, "
+    "stage timings.",
+    "<product>-release": "The verdict (a private release, or not and why), the release folder, "
+    "its MANIFEST.json and audit.json, the ledger entry it carries, the verify commands.",
+    "<product>-refused": "What was refused, why, that nothing was drawn, and the next step in "
+    "the syntax of where the run was started.",
+    "validation-<product>-<label>": "A validate-only deployment's verdict, failed checks and "
+    "links to report.html and the Great Expectations Data Docs (and a link artifact "
+    "`…-report`).",
+    "privacy-ledger-<place>-<ledger id>": "The ledger's head (id, entry, hash) after a run "
+    "authorized its spend and when it ended: the Prefect server's witness, which later runs "
+    "and `das ledger verify` check the ledger against.",
+    "privacy-audit": "The empirical privacy audit's report (audit-privacy flow).",
+    "swap-report": "The swapping run's report: b, ε, the invariant checks, MAPE (swap flow).",
+}
+
+# The states a release run's page can end in, besides Prefect's own Running and Pending.
+RUN_STATES: dict[str, str] = {
+    "Completed": "Published; the state message says where the release is and whether it is "
+    "private.",
+    "Paused": "Waiting for approvers' signatures (tag `awaiting-approval`): resumes by itself "
+    "once a quorum signed.",
+    "Refused": "Nothing was drawn (Prefect's Cancelled type, grey): the `<product>-refused` "
+    "artifact says why and the next step; retryable once the cause is fixed.",
+    "Failed": "Invalid inputs, records changed under the run, or another error: the audit and "
+    "run log are in the run's state folder; Retry resumes it.",
+    "Crashed": "The flow process or its host died: Retry resumes it, reusing every recorded "
+    "draw (wait for the worker's own report first).",
+    "Cancelled": "Cancelled from its page (Cancel); like a crash, what it drew stays recorded.",
+    "AwaitingRetry": "A Retry was asked for: the run resumes as attempt N+1 (tags `attempt-N`, "
+    "`resumed`).",
+}
+
 
 def artifact_key(*parts: str) -> str:
     """Prefect artifact keys allow lowercase letters, digits and dashes only."""

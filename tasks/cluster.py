@@ -37,10 +37,10 @@ API_TIMEOUT_SECONDS = 10.0
 # What a worker must import to run the tasks (and the flow's context, pickled by reference).
 MODULES = ("tasks.safetab_p", "tasks.phsafe", "flows.safetab_p", "flows.phsafe")
 SHARED = (
-    "every worker must see the input records and OUT.das at the same paths on a shared file "
-    "system, open the same privacy ledger (DAS_LEDGER_DIR on shared storage, or "
-    "DAS_LEDGER_URL), run this checkout with its virtualenv, and reach the flow's Prefect API "
-    "(README: Running on an existing Dask cluster)"
+    "every worker must see the input records and the run's state folder (the state root, "
+    "DAS_STATE_DIR) at the same paths on a shared file system, open the same privacy ledger "
+    "(DAS_LEDGER_DIR on shared storage, or DAS_LEDGER_URL), run this checkout with its "
+    "virtualenv, and reach the flow's Prefect API (docs/how-to/dask-cluster.md)"
 )
 
 

@@ -7,7 +7,8 @@ release sits beside the output), and every run posts the head to the Prefect ser
 artifact, after it authorizes its spend and when it ends. The next run, and `das ledger
 verify`, check that the ledger still holds every head the server recorded for it: a ledger
 restored from an old backup, cut back, or rewritten is refused, whatever folder the releases
-are in. Someone who can also delete the server's artifacts can hide it; the README says so.
+are in. Someone who can also delete the server's artifacts can hide it; the threat model says so
+(docs/explanation/threat-model.md).
 
 The artifact's key names the ledger's location and id (``privacy-ledger-<where>-<id>``):
 looked up by id, it finds the heads of this ledger wherever it was; by location, it finds a

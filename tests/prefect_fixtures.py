@@ -1,4 +1,5 @@
-"""The one session-wide temporary Prefect server of the test suite (DESIGN §8).
+"""The one session-wide temporary Prefect server of the test suite
+(docs/explanation/architecture.md#prefect).
 
 Registered once as a plugin by ``conftest.py``; a test module that runs flows asks for it with
 ``pytestmark = pytest.mark.usefixtures("prefect_server")``. Every module shares the same server.

@@ -1,9 +1,9 @@
-"""A real local Prefect stack from this checkout, as an operator runs it (README "Run it in
-production"): ``das prefect server start`` on a free port with basic authentication and CSRF
-protection (the auth string in a 0600 file named by ``DAS_PREFECT_AUTH_FILE``), ``das deploy
---local`` (work pool and every deployment, small synthetic inputs), and a process worker
-(``das prefect worker start``) from the project's virtualenv. Used by the end-to-end and
-browser tests (``-m e2e``) and by ``benchmarks/deployment.py``.
+"""A real local Prefect stack from this checkout, as an operator runs it
+(docs/tutorials/first-production-release.md): ``das prefect server start`` on a free port with basic
+authentication and CSRF protection (the auth string in a 0600 file named by
+``DAS_PREFECT_AUTH_FILE``), ``das deploy --local`` (work pool and every deployment, small synthetic
+inputs), and a process worker (``das prefect worker start``) from the project's virtualenv. Used by
+the end-to-end and browser tests (``-m e2e``) and by ``benchmarks/deployment.py``.
 
 The server's database is SQLite in its ``PREFECT_HOME``, or PostgreSQL when
 ``DAS_E2E_DATABASE=postgresql`` (``.ci/e2e-postgres``): the ``prefect_stack`` fixture then

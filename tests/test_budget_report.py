@@ -1,4 +1,5 @@
-"""`das budget ...` from the command line: the plans, totals and calculators of DESIGN.md §7."""
+"""`das budget ...` from the command line: the plans, totals and calculators of
+docs/explanation/architecture.md#inputs-and-commands."""
 
 from __future__ import annotations
 

@@ -40,7 +40,8 @@ def test_moe_and_rho_are_inverse(
 
 
 def test_moe_is_z_sigma_of_the_mechanism_noise() -> None:
-    # PHSafe check from DESIGN §4: PH1_num, τ = 10 (Δ = 22), ρ = 0.002619 → σ ≈ 304, MOE 500.
+    # PHSafe check (docs/explanation/architecture.md#phsafe): PH1_num, τ = 10 (Δ = 22),
+    # ρ = 0.002619 → σ ≈ 304, MOE 500.
     sigma = math.sqrt(22**2 / (2 * 0.002619))
     assert sigma == pytest.approx(304, abs=0.5)
     assert calc.moe_for_rho(Fraction("0.002619"), 0.90, 22) == pytest.approx(500, abs=0.5)

@@ -118,7 +118,7 @@ def test_safetab_p_table_6_suppression_thresholds(rho: str, threshold: int) -> N
 
 
 def test_phsafe_moe_check_value() -> None:
-    """DESIGN.md §4: PH1_num τ=10, ρ=0.002619 → σ≈304, 90% MOE = 500."""
+    """docs/explanation/architecture.md#phsafe: PH1_num τ=10, ρ=0.002619 → σ≈304, 90% MOE = 500."""
     dist = DiscreteGaussian(Fraction(22**2) / (2 * Fraction("0.002619")))
     assert round(dist.sigma) == 304
     assert margin_of_error(dist, 0.9) == 500

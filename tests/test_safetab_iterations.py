@@ -74,7 +74,7 @@ def small_specs(draw):
 
 
 def _reference(iterations, pairs, races, ethnicity, level, state_or_above) -> set[int]:
-    """The DESIGN §3 definition, with Python sets."""
+    """The definition of docs/explanation/architecture.md#safetab-p, with Python sets."""
     eligible = {
         code
         for code, lvl, _, detailed, coarse, _ in iterations

@@ -29,6 +29,7 @@ COMMAND_MODULES = (
     "layout",
     "deploy",
     "prefect_wrapper",
+    "docs",
 )
 
 

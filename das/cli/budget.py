@@ -4,6 +4,8 @@ A budget given on the command line (``--rho``), and the budget a target ``--moe`
 are held to the limits of :mod:`das.privacy.limits` like a config's: at most a pass's ceiling,
 the measured stage's share at least the per-query floor, its noise within the exact samplers'
 range. Anything refused or unreadable is one line on stderr and exit status 2.
+
+Exit codes: 0 done, 2 refused or unreadable input (one line on stderr) or a usage error.
 """
 
 from __future__ import annotations
@@ -37,7 +39,12 @@ Handler = Callable[[argparse.Namespace], int]
 
 
 def register(subparsers: argparse._SubParsersAction) -> None:
-    budget = subparsers.add_parser("budget", help="privacy-budget calculators and reports")
+    budget = subparsers.add_parser(
+        "budget",
+        help="privacy-budget calculators and reports",
+        description=__doc__,
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
     commands = budget.add_subparsers(dest="budget_command", required=True)
 
     report = commands.add_parser(
@@ -56,9 +63,9 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     report.set_defaults(handler=_report)
 
     convert = commands.add_parser("convert", help="ρ-zCDP to (ε,δ)-DP")
-    convert.add_argument("--rho", required=True)
-    convert.add_argument("--delta", type=float, default=DEFAULT_DELTA)
-    convert.add_argument("--json", action="store_true")
+    convert.add_argument("--rho", required=True, help="the zCDP budget ρ to convert")
+    convert.add_argument("--delta", type=float, default=DEFAULT_DELTA, help="δ for (ε,δ)")
+    convert.add_argument("--json", action="store_true", help="one JSON object on stdout")
     convert.set_defaults(handler=_guarded(_convert))
 
     moe = commands.add_parser(
@@ -72,25 +79,27 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     moe.add_argument(
         "--stage-fraction", default="1", help="share of the total spent by the measured stage"
     )
-    moe.add_argument("--json", action="store_true")
+    moe.add_argument("--json", action="store_true", help="one JSON object on stdout")
     moe.set_defaults(handler=_guarded(_moe))
 
     suppression = commands.add_parser("suppression", help="zero-suppression threshold T")
     suppression.add_argument("--rho", required=True, help="total ρ of the level")
-    suppression.add_argument("--stage1-fraction", required=True)
+    suppression.add_argument(
+        "--stage1-fraction", required=True, help="share of the level's budget spent on stage 1"
+    )
     suppression.add_argument(
         "--p", type=float, required=True, help="chance a true 0 is hidden (0: no suppression)"
     )
     suppression.add_argument(
         "--sensitivity", required=True, help="L2 sensitivity (3 for SafeTab-P)"
     )
-    suppression.add_argument("--json", action="store_true")
+    suppression.add_argument("--json", action="store_true", help="one JSON object on stdout")
     suppression.set_defaults(handler=_guarded(_suppression))
 
     swap = commands.add_parser("swap-epsilon", help="ε of permutation swapping (Theorem 5.6)")
     swap.add_argument("--b", type=int, required=True, help="largest stratum size")
     swap.add_argument("--rate", required=True, help="swap rate p in [0, 1]")
-    swap.add_argument("--json", action="store_true")
+    swap.add_argument("--json", action="store_true", help="one JSON object on stdout")
     swap.set_defaults(handler=_guarded(_swap_epsilon))
 
 

@@ -9,6 +9,9 @@ It also keeps what a user would otherwise only see scroll by: each budget report
 `das budget report` prints it and with `--json`, in `<output>/budget/<product>.txt|.json`;
 and a guide, `<output>/README.md`, written first: which folder is what, which would be
 confidential in real use, and the command that made it.
+
+Exit codes: 0 every step succeeded; otherwise the exit code of the first step that failed (the
+demo prints its command and stops).
 """
 
 from __future__ import annotations
@@ -19,6 +22,7 @@ import shutil
 from pathlib import Path
 
 from das.cli.arguments import resolved_path
+from das.runs.folder import state_root
 
 DEMO_PERSONS = 20_000
 DEMO_SEED = 2020
@@ -26,10 +30,15 @@ PRODUCTS = ("safetab-p", "phsafe")
 
 
 def register(subparsers: argparse._SubParsersAction) -> None:
-    demo = subparsers.add_parser("demo", help="run the demo job on synthetic data")
+    demo = subparsers.add_parser(
+        "demo",
+        help="run the demo job on synthetic data",
+        description=__doc__,
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
     demo.add_argument("--output", type=resolved_path, default="demo", help="demo folder")
-    demo.add_argument("--persons", type=int, default=DEMO_PERSONS)
-    demo.add_argument("--seed", type=int, default=DEMO_SEED)
+    demo.add_argument("--persons", type=int, default=DEMO_PERSONS, help="persons per product")
+    demo.add_argument("--seed", type=int, default=DEMO_SEED, help="synthesis and noise seed")
     demo.set_defaults(handler=_demo)
 
 
@@ -115,6 +124,7 @@ def demo_guide(output: Path, steps: list[tuple[str, list[str]]]) -> str:
         return f"{label} {', '.join(numbers)} (`das {' '.join(prefix)}`)"
 
     ledger = shlex.quote(str(output / "ledger"))
+    state = state_root()
     rows = [
         ("`safetab-p/`", "SafeTab-P inputs: `person-records.txt` and `GRF-C.txt` (synthetic "
          "records), `config.json` and the four race/ethnicity spec files (the shipped demo "
@@ -139,15 +149,18 @@ def demo_guide(output: Path, steps: list[tuple[str, list[str]]]) -> str:
          "the enclave's system of record (keyed ids and budgets, no record value): kept and "
          "backed up inside the enclave"),
         ("`release/<product>/`", "the releases: SafeTab-P `t1/`, `t2/`; PHSafe one folder per "
-         "table; `audit.json`, `MANIFEST.json` and a `SEEDED` marker (the demo seeds its "
-         "noise, so these are not private releases)", made_by("run"),
+         "table; `audit.json`, `MANIFEST.json`, `CERTIFICATE.intoto.json` and a `SEEDED` "
+         "marker (the demo seeds its noise, so these are not private releases)", made_by("run"),
          "published after review (a real release is never seeded)"),
-        ("`release/<product>.das/`", "the run state beside each release: the sealed "
-         "parameters, the drawn noise (`noise/`), the records spilled for the measurement "
-         "(`work/`), the run's own validation report, `run.log`, the output's lock",
-         made_by("run"), "**confidential**: noise plus a released count gives the true "
-         "count, and the spill is a copy of the records; delete a run folder once its "
-         "release is accepted"),
+        ("`release/<product>.das/`", "beside each release: the output's lock and the "
+         "staging folder the release was built in (released values only)", made_by("run"),
+         "kept beside the release; holds nothing confidential"),
+        (f"`{state}/runs/<run-id>/` (outside this folder)", "each run's state, under the "
+         "state root (`DAS_STATE_DIR`, else `${XDG_STATE_HOME:-~/.local/state}/das`): the "
+         "sealed parameters, the drawn noise (`noise/`), the records spilled for the "
+         "measurement (`work/`), the run's own validation report, `run.log`", made_by("run"),
+         "**confidential**: noise plus a released count gives the true count, and the spill "
+         "is a copy of the records; delete a run's folder once its release is accepted"),
     ]  # fmt: skip
     lines = [
         "# The DAS demo: what is in this folder",

@@ -188,8 +188,9 @@ def layout_refusal(root: Path, problems: list[str], products: Sequence[Product])
         f"das deploy: error: {root} does not hold what the deployments of {chosen} read "
         f"({len(problems)} problem(s)); nothing was registered:",
         *(f"  {problem}" for problem in problems),
-        f"The layout: {PREFECT_FILE} (its first comment) and README, Run it in production. To "
-        f"register only some products: --products {','.join(PRODUCT_NAMES)} (a subset).",
+        f"The layout: {PREFECT_FILE} (its first comment) and "
+        "docs/tutorials/first-production-release.md. To register only some products: "
+        f"--products {','.join(PRODUCT_NAMES)} (a subset).",
         f"To build it from your files (`das synth` folders, the Census files): das layout "
         f"--root {root} {' '.join(f'--{p.name} DIR' for p in products)} (das layout --help).",
     ]

@@ -2,6 +2,8 @@
 
 The explorer is its own package (``explorer/``), imported here only when the command runs, so
 the rest of the CLI does not load FastAPI or uvicorn.
+
+Exit codes: 0 stopped (Ctrl-C), 2 the port is invalid or in use.
 """
 
 from __future__ import annotations
@@ -23,7 +25,10 @@ DEFAULT_PORT = 8765
 
 def register(subparsers: argparse._SubParsersAction) -> None:
     explore = subparsers.add_parser(
-        "explore", help="the tuning page: privacy parameters, plots, simulation, export"
+        "explore",
+        help="the tuning page: privacy parameters, plots, simulation, export",
+        description=__doc__,
+        formatter_class=argparse.RawDescriptionHelpFormatter,
     )
     explore.add_argument("--port", type=positive_int, default=DEFAULT_PORT, help="TCP port")
     explore.add_argument(

@@ -417,7 +417,7 @@ def next_command(root: Path, ready: Sequence[Product]) -> tuple[str, list[str]]:
         parts += ["--ledger-url", shlex.quote(os.environ[LEDGER_URL_ENV])]
     elif os.environ.get(LEDGER_ENV):
         parts += ["--ledger", shlex.quote(os.environ[LEDGER_ENV])]
-    elif (root / "ledger").is_dir():  # where the README's `das ledger init` puts it
+    elif (root / "ledger").is_dir():  # where the production tutorial's `das ledger init` puts it
         parts += ["--ledger", shlex.quote(str(root / "ledger"))]
     else:
         parts += ["--ledger", "LEDGER_DIR"]
@@ -429,7 +429,8 @@ def next_command(root: Path, ready: Sequence[Product]) -> tuple[str, list[str]]:
         parts += ["--products", ",".join(product.name for product in ready)]
     if not os.environ.get("PREFECT_API_URL"):
         notes.append(
-            "with PREFECT_API_URL and DAS_PREFECT_AUTH_FILE set as in README, Run it in production"
+            "with PREFECT_API_URL and DAS_PREFECT_AUTH_FILE set (das docs: Tutorials, Your first "
+            "production release)"
         )
     return " ".join(parts), notes
 

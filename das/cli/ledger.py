@@ -93,7 +93,9 @@ def register(subparsers: argparse._SubParsersAction) -> None:
         "approve", help="sign the spend of a config on one dataset (an approver's key)"
     )
     _where(approve)
-    approve.add_argument("--product", choices=("safetab-p", "phsafe"))
+    approve.add_argument(
+        "--product", choices=("safetab-p", "phsafe"), help="the product whose spend is approved"
+    )
     approve.add_argument("--config", type=resolved_path, help="config.json (spec files beside it)")
     approve.add_argument("--data", type=resolved_path, help="the folder of the records to spend on")
     approve.add_argument(

@@ -21,6 +21,8 @@ service manager sees and signals Prefect itself.
 string for the clipboard tool; with ``--osc52`` it asks the terminal itself to copy it (OSC 52:
 kitty, WezTerm, iTerm2, foot, Windows Terminal, xterm when allowed; through tmux with ``set -g
 set-clipboard on``). Either way the secret is on no command line and in no shell history.
+
+Exit codes: Prefect's own (the process becomes ``prefect``); 2 when a secret file is refused.
 """
 
 from __future__ import annotations

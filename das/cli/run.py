@@ -2,19 +2,22 @@
 [--skip-validation] [--cumulative-total PASS=TOTAL] [--replace-release] [--ledger DIR]
 [--verbose]`:
 run the product's Prefect flow in process and publish its release (SafeTab-P: t1/, t2/;
-PHSafe: one folder per noisy table and per estimates table; audit.json and MANIFEST.json) into
-OUT, whole or not at all.
+PHSafe: one folder per noisy table and per estimates table; audit.json, MANIFEST.json and
+CERTIFICATE.intoto.json) into OUT, whole or not at all. The run's state (sealed parameters,
+noise, spilled records, validation report, run log) goes to STATE/runs/<run-id>/, STATE being
+the state root (DAS_STATE_DIR, else ${XDG_STATE_HOME:-~/.local/state}/das).
 
 Exit codes:
   0  released;
   1  the run failed: invalid inputs or records that changed under it (nothing drawn; the
-     validation report is in OUT.das/runs/<run-id>/validation/), or another error (the
-     attempt's audit and run log are in OUT.das/runs/<run-id>/);
-  2  refused or a usage error, nothing drawn: bad arguments, a seed or an infinite budget under
-     DAS_PRODUCTION, parameters outside the limits, no approval in the privacy ledger (the
-     exact `das ledger approve` command is printed), a dataset with recorded spend and no
-     --cumulative-total (outside production), a run id bound to another run, another run's
-     release or a live run in OUT;
+     validation report is in STATE/runs/<run-id>/validation/), or another error (the
+     attempt's audit and run log are in STATE/runs/<run-id>/);
+  2  refused or a usage error, nothing drawn: bad arguments, a seed or an infinite budget in
+     production (a chartered ledger, or DAS_PRODUCTION), parameters outside the limits, no
+     approval signed by a quorum in the privacy ledger (the exact `das ledger approve` command
+     is printed), a dataset with recorded spend and no --cumulative-total (outside
+     production), a run id bound to another run, an output inside a release, a work folder or
+     the state root, another run's release or a live run in OUT;
   3  an infrastructure fault (the Dask workers lost, the Prefect API unreachable or busy, a
      full disk): one line names it; resuming (the same command with --run-id) reuses every
      draw the privacy ledger recorded.
@@ -45,7 +48,7 @@ EXIT_OK, EXIT_FAILED, EXIT_USAGE = 0, 1, 2  # das.runs.faults.EXIT_INFRASTRUCTUR
 def register(subparsers: argparse._SubParsersAction) -> None:
     run = subparsers.add_parser(
         "run",
-        help="run a product end to end (exit 0 ok, 1 failed, 2 usage error)",
+        help="run a product end to end (exit 0 released, 1 failed, 2 refused, 3 infrastructure)",
         description=__doc__,
         formatter_class=argparse.RawDescriptionHelpFormatter,
     )

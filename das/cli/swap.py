@@ -30,7 +30,9 @@ def register(subparsers: argparse._SubParsersAction) -> None:
         help="permutation swapping of unit records (comparison with the DP products)",
         description=(
             "Swap the --swap variables of randomly selected households within each stratum "
-            "of the --match variables (Algorithm 5.1), and report the epsilon of Theorem 5.6."
+            "of the --match variables (Algorithm 5.1), and report the epsilon of Theorem 5.6. "
+            "Exit codes: 0 written, 1 the inputs could not be read, the output exists or an "
+            "invariant broke, 2 usage error."
         ),
     )
     parser.add_argument("--data", required=True, type=resolved_path, help="folder with units + geo")

@@ -3,6 +3,9 @@
 Synthetic data are not private, but the command still prints one short summary line (counts,
 seed, time). Without ``--seed`` a random seed is drawn and printed, so any run can be repeated
 byte for byte.
+
+Exit codes: 0 written, 1 the output exists (without ``--overwrite``) or the specs or config
+could not be read, 2 usage error.
 """
 
 from __future__ import annotations
@@ -42,7 +45,12 @@ def _common(parser: argparse.ArgumentParser) -> None:
 
 
 def register(subparsers: argparse._SubParsersAction) -> None:
-    synth = subparsers.add_parser("synth", help="write a synthetic input folder of any size")
+    synth = subparsers.add_parser(
+        "synth",
+        help="write a synthetic input folder of any size",
+        description=__doc__,
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
     products = synth.add_subparsers(dest="synth_product", required=True)
 
     safetab_p = products.add_parser(

@@ -1,4 +1,5 @@
-"""PHSafe record inputs: ``persons.csv``, ``units.csv``, ``geo.csv`` (DESIGN §4).
+"""PHSafe record inputs: ``persons.csv``, ``units.csv``, ``geo.csv``
+(docs/explanation/architecture.md#phsafe).
 
 Comma-delimited with a header (standard CSV quoting accepted), UTF-8, CRLF or LF, blank lines
 skipped; or ``.parquet`` files of the same stems and columns. Extra columns are ignored. Engine

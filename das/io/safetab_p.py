@@ -1,4 +1,5 @@
-"""SafeTab-P record inputs: ``person-records.txt`` and ``GRF-C.txt`` (DESIGN §3).
+"""SafeTab-P record inputs: ``person-records.txt`` and ``GRF-C.txt``
+(docs/explanation/architecture.md#safetab-p).
 
 Pipe-delimited with a header, UTF-8 (BOM tolerated), CRLF or LF, blank lines skipped; or a
 ``.parquet`` file of the same stem and columns. Engine form (compact, one numpy column each):

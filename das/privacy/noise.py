@@ -1,6 +1,6 @@
 """Exact, vectorized samplers of discrete Gaussian and two-sided geometric noise.
 
-Public entry points (DESIGN.md §7)::
+Public entry points (docs/explanation/architecture.md#inputs-and-commands)::
 
     discrete_gaussian(sigma_squared, size, rng=None) -> int64 array, P(k) ∝ exp(-k²/(2σ²))
     geometric(scale, size, rng=None)                 -> int64 array, P(k) ∝ exp(-|k|/scale)

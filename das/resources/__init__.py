@@ -1,7 +1,8 @@
 """The files the package ships — Great Expectations suites, demo specs, parameter presets — and
 the one place that finds them, through :mod:`importlib.resources`.
 
-The folders stay at the top of the repository (``expectations/``, ``data_specs/``: DESIGN §2);
+The folders stay at the top of the repository (``expectations/``, ``data_specs/``:
+docs/explanation/architecture.md#layout);
 ``setup.py`` maps them into this package as ``das.resources.expectations`` and
 ``das.resources.data_specs``. A wheel (or ``pip install .``) copies them inside the installed
 package; an editable install maps the same names to the checkout's folders. Either way the

@@ -4,7 +4,8 @@
 - :mod:`das.runs.seal`: the run's parameters frozen at its start.
 - :mod:`das.runs.ledger`: the privacy ledger, the system of record of runs, approvals, spends
   and draws (hash-chained; SQLite or PostgreSQL).
-- :mod:`das.runs.folder`: where a run keeps its state (``OUT.das/runs/<run-id>/``).
+- :mod:`das.runs.folder`: where a run keeps its state (``<state root>/runs/<run-id>/``, never
+  inside an output).
 - :mod:`das.runs.noise_store`: every draw persisted and recorded in the ledger, so a rerun of a
   failed run reuses the noise instead of drawing (and spending) again.
 - :mod:`das.runs.release`: the output lock and lease, the staged release and its manifest.

@@ -1,4 +1,5 @@
-"""The audit record of a run (DESIGN §6): what ran, on what, with which randomness, at what cost.
+"""The audit record of a run: what ran, on what, with which randomness, at what cost
+(docs/explanation/architecture.md#validation-and-audit).
 
 ``audit.json`` is written into the run folder at the end of every attempt, including a failed
 one (``status: "failed"`` and the error *type* only: messages may quote data), and into the

@@ -24,6 +24,32 @@ from dataclasses import dataclass
 
 EXIT_OK, EXIT_INVALID, EXIT_REFUSED, EXIT_INFRASTRUCTURE, EXIT_FAILED = 0, 1, 2, 3, 4
 
+# The exit codes of a release run (`das run`), what each means and what to do: the
+# documentation's exit-code page is generated from this (each command's own codes are in its
+# `--help`). Exit codes 0, 2 and 3 mean the same for `das ledger`.
+EXIT_MEANINGS: dict[int, tuple[str, str]] = {
+    EXIT_OK: ("released: the release is published, whole", "—"),
+    EXIT_INVALID: (
+        "the run failed: invalid inputs, or records that changed under the run (nothing was "
+        "drawn; the validation report is in the run's state folder, "
+        "`<state root>/runs/<run-id>/validation/`), or another error (the attempt's audit and "
+        "run log are in `<state root>/runs/<run-id>/`)",
+        "fix the inputs and start a new run; after another error, resume with `--run-id`",
+    ),
+    EXIT_REFUSED: (
+        "refused, or a usage error: nothing was drawn, and the message names the next step (a "
+        "flag, the `das ledger approve` command, another output, a run to resume)",
+        "do what the message says (see *Respond to a refusal*)",
+    ),
+    EXIT_INFRASTRUCTURE: (
+        "an infrastructure fault, named in one line: the Dask workers lost, the Prefect API "
+        "unreachable, busy or too slow to start, the privacy ledger's database or folder "
+        "unreachable, a full disk",
+        "fix it, then run the same command with `--run-id`: every draw the ledger recorded is "
+        "reused",
+    ),
+}
+
 DASK = "the Dask task runner lost its workers"
 PREFECT = "the Prefect API"
 DISK = "the disk is full"

@@ -1,9 +1,10 @@
 """Persisted noise: each measurement is drawn once per run, and a rerun reuses the stored draw.
 
-DESIGN §5: "a rerun of a failed run reuses the measurements already drawn; it never draws the
-same query twice (that would spend budget twice)". A :class:`NoiseStore` owns the ledger of one
-ledger partition (a SafeTab-P population-group level) and is handed to the engine in place of
-the rng: the engine's draw step asks ``store.noise_for(measurement, size, accountant)``.
+"A rerun of a failed run reuses the measurements already drawn; it never draws the same query twice
+(that would spend budget twice)" (docs/explanation/architecture.md#noise). A :class:`NoiseStore`
+owns the ledger of one ledger partition (a SafeTab-P population-group level) and is handed to the
+engine in place of the rng: the engine's draw step asks ``store.noise_for(measurement, size,
+accountant)``.
 
 Per measurement, in this order (so that a crash at any point is safe):
 

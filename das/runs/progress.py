@@ -48,12 +48,13 @@ from dataclasses import dataclass, field, replace
 LOG_EVERY = 30.0  # seconds between progress lines within a stage
 SHOW_EVERY = 2.0  # seconds between updates of the UI's progress display
 
-# Seconds each stage took in the national runs through `das run` (README, "National scale",
-# "Through `das run`", measured 2026-11-24: SafeTab-P 334.7 M persons from the attempt that
-# was killed after `combine-cells` and its resume, which wrote T1/T2; PHSafe the US pass,
-# 331.4 M persons, and its resume), and each stage's unit. Publishing was not timed on its own
-# (a manifest over the release: seconds), nor was PHSafe's write in the flow (0.1 s in the
-# engine): they are given a few seconds. The weights of the stages are their shares.
+# Seconds each stage took in the national runs through `das run`
+# (docs/explanation/performance.md#national-scale, "Through `das run`", measured 2026-11-24:
+# SafeTab-P 334.7 M persons from the attempt that was killed after `combine-cells` and its
+# resume, which wrote T1/T2; PHSafe the US pass, 331.4 M persons, and its resume), and each
+# stage's unit. Publishing was not timed on its own (a manifest over the release: seconds), nor
+# was PHSafe's write in the flow (0.1 s in the engine): they are given a few seconds. The
+# weights of the stages are their shares.
 NATIONAL_SECONDS: dict[str, dict[str, tuple[float, str]]] = {
     "safetab-p": {
         "validate": (384.0, "check"),  # 6.4 min

@@ -2,7 +2,7 @@
 
 When a run's tasks execute on an existing Dask cluster (``DAS_DASK_ADDRESS``), every worker
 reads the run's inputs (config, spec files, records) and reads and writes its run folder
-(``OUT.das/runs/<run-id>/``: the spilled records, true counts, noise and ledgers) *by path*.
+(``<state root>/runs/<run-id>/``: the spilled records, true counts, noise and ledgers) *by path*.
 A worker on a host where a path is missing, points at another copy, or is a local folder that
 only looks the same would fail late or, worse, work on other data. :class:`SharedView` is what
 the flow's process sees, made before anything is drawn; :meth:`SharedView.problems`, run in a

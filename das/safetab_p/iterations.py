@@ -1,4 +1,5 @@
-"""Record → characteristic iterations (DESIGN §3), computed once per distinct code combination.
+"""Record → characteristic iterations, computed once per distinct code combination
+(docs/explanation/architecture.md#safetab-p).
 
 Within one (iteration level L, geography filter), a record with race codes R (non-empty) and
 ethnicity code e is in

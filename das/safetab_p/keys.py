@@ -1,9 +1,9 @@
 """Geography entities and key sets, from the GRF-C and the specs only (never the person data).
 
-REGION_IDs (DESIGN §3): USA ``1``, STATE ``SS``, COUNTY ``SSCCC``, TRACT ``SSCCCTTTTTT``, PLACE
-``SS`` + PLACEFP (99999 = in no place), AIANNH the 4-digit code (9999 = in none; national, not
-split by state). The PR pass uses the same forms for PR-STATE / PR-COUNTY / PR-TRACT /
-PR-PLACE. Keys stay integers until the REGION_ID text is rendered, once per entity.
+REGION_IDs (docs/explanation/architecture.md#safetab-p): USA ``1``, STATE ``SS``, COUNTY ``SSCCC``,
+TRACT ``SSCCCTTTTTT``, PLACE ``SS`` + PLACEFP (99999 = in no place), AIANNH the 4-digit code (9999 =
+in none; national, not split by state). The PR pass uses the same forms for PR-STATE / PR-COUNTY /
+PR-TRACT / PR-PLACE. Keys stay integers until the REGION_ID text is rendered, once per entity.
 """
 
 from __future__ import annotations

@@ -1,4 +1,5 @@
-"""SafeTab-P measurement of one population-group level (DESIGN §3; SafeTab-P paper §3).
+"""SafeTab-P measurement of one population-group level (SafeTab-P paper §3;
+docs/explanation/privacy-model.md)..
 
 Records are first aggregated to distinct (block, code combination, sex, age23 bin) counts; each
 combination's iterations come from one sparse incidence matrix. Counting is an ``np.bincount``

@@ -194,21 +194,58 @@ class SafeTabPConfig(BaseModel):
 
     model_config = ConfigDict(extra="forbid", frozen=True, arbitrary_types_allowed=True)
 
-    max_race_codes: int = Field(ge=1, le=8)
+    # Each field's description (and, where the file's key differs, its "key") is what the
+    # documentation's config reference shows: tests/test_docs.py requires both.
+    max_race_codes: int = Field(
+        ge=1,
+        le=8,
+        description="The most race codes a person record may carry (QRACE1–QRACE8): the "
+        "sensitivity assumes it, and records with more are refused.",
+    )
     # Validated before the budgets (pydantic validates in this order): their limits depend on
     # the definition, the stage split and the enabled passes.
-    privacy_defn: PrivacyDefinition
-    stage_1_fraction: Fraction
-    run_us: bool
-    run_pr: bool
-    budgets: dict[PopulationGroupLevel, Budget]
-    thresholds: dict[PopulationGroupLevel, tuple[int, int, int]]
+    privacy_defn: PrivacyDefinition = Field(
+        description="`zcdp` (budgets are ρ, discrete Gaussian noise) or `puredp` (budgets are "
+        "ε, geometric noise)."
+    )
+    stage_1_fraction: Fraction = Field(
+        description="The share f of each level's budget spent on stage 1 (the noisy total that "
+        "chooses the workload); stage 2 gets 1 − f. Strictly between 0 and 1.",
+        json_schema_extra={"key": "privacy_budget_p_stage_1_fraction"},
+    )
+    run_us: bool = Field(description="Whether the US pass (USA … AIANNH levels) runs.")
+    run_pr: bool = Field(description="Whether the Puerto Rico pass (PR-* levels) runs.")
+    budgets: dict[PopulationGroupLevel, Budget] = Field(
+        description="The budget B of each population-group level (geography × iteration "
+        "level 1 regional / 2 detailed): a JSON number ≥ 0, 0 = not tabulated, `Infinity` = "
+        "no noise (golden tests; refused in production). Every key is required.",
+        json_schema_extra={"key": "privacy_budget_p_level_<1|2>_<geography>", "json": "number"},
+    )
+    thresholds: dict[PopulationGroupLevel, tuple[int, int, int]] = Field(
+        description="Three strictly increasing integers per tabulated level: the stage-1 noisy "
+        "total against them chooses the stage-2 workload (total only, or 8, 18, 46 cells).",
+        json_schema_extra={"key": "thresholds_p"},
+    )
     # 0 ≤ p < 1 as the Census's SafeTab-P accepts it; 0 (or the key left out, as there) means
     # no zero suppression.
-    zero_suppression_chance: float = Field(default=0.0, ge=0, lt=1)
-    allow_negative_counts: bool
-    state_filter_us: tuple[str, ...]
-    reader: Reader = "cef"
+    zero_suppression_chance: float = Field(
+        default=0.0,
+        ge=0,
+        lt=1,
+        description="p, 0 ≤ p < 1: below the sub-state levels' threshold T a true zero is "
+        "suppressed with this probability; 0 (or the key absent) means no suppression.",
+    )
+    allow_negative_counts: bool = Field(
+        description="Whether released counts may be negative (false clamps them at 0)."
+    )
+    state_filter_us: tuple[str, ...] = Field(
+        description="The 2-digit FIPS codes of the states the US pass tabulates."
+    )
+    reader: Reader = Field(
+        default="cef",
+        description="The Census reader name (`cef` or `csv`); both read the same formats, "
+        "kept for compatibility.",
+    )
 
     @model_validator(mode="before")
     @classmethod
@@ -460,11 +497,29 @@ class PHSafeConfig(BaseModel):
     model_config = ConfigDict(extra="forbid", frozen=True, arbitrary_types_allowed=True)
 
     # Validated before the budgets (pydantic validates in this order): their limits depend on it.
-    privacy_defn: PrivacyDefinition
-    privacy_budget: dict[PHSafeQueryKey, Budget]
-    tau: dict[str, int]
-    state_filter: tuple[str, ...]
-    reader: Reader = "cef"
+    privacy_defn: PrivacyDefinition = Field(
+        description="`zcdp` (budgets are ρ, discrete Gaussian noise) or `puredp` (budgets are "
+        "ε, geometric noise)."
+    )
+    privacy_budget: dict[PHSafeQueryKey, Budget] = Field(
+        description="Per measured table (PH1_num, PH1_denom, PH2, PH3, PH4, PH5_denom, PH6, "
+        "PH7, PH8_denom), per level `usa_*`, `usa_A-G`, `usa_H,I`, `state_*`, `state_A-G`, "
+        "`state_H,I` (PH2 and PH6: `*` only): the query's budget, a JSON number ≥ 0 (0 = "
+        "skipped, `Infinity` = no noise, refused in production)."
+    )
+    tau: dict[str, int] = Field(
+        description="The truncation threshold τ ≥ 1 of each measured joined table (PH1_num, "
+        "PH2, PH3, PH4, PH6, PH7): households keep at most τ persons; Δ = 2τ + 2."
+    )
+    state_filter: tuple[str, ...] = Field(
+        description='The pass\'s states (2-digit FIPS): `["72"]` is the Puerto Rico pass '
+        "(state level only), anything else the US pass (nation and states)."
+    )
+    reader: Reader = Field(
+        default="cef",
+        description="The Census reader name (`cef` or `csv`); both read the same formats, "
+        "kept for compatibility.",
+    )
 
     @field_validator("privacy_budget", mode="before")
     @classmethod

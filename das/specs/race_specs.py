@@ -1,6 +1,7 @@
 """Typed loader for SafeTab-P's four race/ethnicity spec files (the "parameters directory").
 
-Files (pipe-delimited, header, UTF-8, CRLF or LF, blank lines ignored; DESIGN §3):
+Files (pipe-delimited, header, UTF-8, CRLF or LF, blank lines ignored;
+docs/explanation/architecture.md#safetab-p):
 
 - ``race-and-ethnicity-codes.txt``: ``RACE_ETH_CODE|RACE_ETH_NAME``
 - ``race-characteristic-iterations.txt``:

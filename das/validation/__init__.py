@@ -1,4 +1,5 @@
-"""Input validation that fails closed, before any noise is drawn (DESIGN §6, `das validate`).
+"""Input validation that fails closed, before any noise is drawn (`das validate`;
+docs/explanation/architecture.md#validation-and-audit).
 
 Two layers over one source of rules:
 

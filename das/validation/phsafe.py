@@ -1,13 +1,12 @@
 """Validate a PHSafe run's inputs before any noise is drawn: :func:`validate_phsafe`.
 
-Inputs (DESIGN §4, §7): ``persons``, ``units``, ``geo`` (``.csv`` or ``.parquet``) in the data
-directory and a PHSafe ``config.json``. Work order: config → units (codes kept as integers, one
-row per unit) → geo → persons, streamed; per-unit aggregates of the persons (``bincount`` over
-the unit index found by ``searchsorted`` on the sorted MAFIDs) are compared with the units at
-the end. Besides each file's suite, the engine checks (codes: 2020 CEF, as in
+Inputs (docs/explanation/architecture.md#phsafe): ``persons``, ``units``, ``geo`` (``.csv`` or
+``.parquet``) in the data directory and a PHSafe ``config.json``. Work order: config → units (codes
+kept as integers, one row per unit) → geo → persons, streamed; per-unit aggregates of the persons
+(``bincount`` over the unit index found by ``searchsorted`` on the sorted MAFIDs) are compared with
+the units at the end. Besides each file's suite, the engine checks (codes: 2020 CEF, as in
 :mod:`das.synth.households`; RELSHIP 20 householder, 21/23 opposite-/same-sex spouse, 22/24
-unmarried partner, 25-27 own child, 25-33 relatives, 34-36 nonrelatives, 37/38 group
-quarters):
+unmarried partner, 25-27 own child, 25-33 relatives, 34-36 nonrelatives, 37/38 group quarters):
 
 ============================  ===============================================================
 check                         rule (file, column)

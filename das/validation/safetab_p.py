@@ -1,9 +1,10 @@
 """Validate a SafeTab-P run's inputs before any noise is drawn: :func:`validate_safetab_p`.
 
-Layout (DESIGN §7): ``config.json`` and the four spec files in the parameters directory;
-``person-records`` and ``GRF-C`` (``.txt`` or ``.parquet``) in the data directory. Order of work:
-config → spec files → GRF-C (its block keys kept as sorted ``int64``) → person records,
-streamed chunk by chunk. Besides each file's suite (every rule on every row), the engine checks:
+Layout (docs/explanation/architecture.md#inputs-and-commands): ``config.json`` and the four spec
+files in the parameters directory; ``person-records`` and ``GRF-C`` (``.txt`` or ``.parquet``) in
+the data directory. Order of work: config → spec files → GRF-C (its block keys kept as sorted
+``int64``) → person records, streamed chunk by chunk. Besides each file's suite (every rule on every
+row), the engine checks:
 
 ==========================  ================================================================
 check                       rule (file, column)

@@ -8,10 +8,11 @@ rows, values the spec files' own public text):
 - ``iteration_codes_disjoint``: no ethnicity iteration reuses a race iteration's code.
 - ``pair_iteration_known`` / ``pair_code_known``: each code-to-iteration pair names a listed
   iteration and a listed code.
-- ``code_single_iteration``: within an iteration level 1 or 2, a geography filter (state-or-
-  above keeps COARSE_ONLY≠True, sub-state keeps DETAILED_ONLY≠True) and, for race, ALONE, each
-  code maps to at most one iteration. This bounds the stability h of DESIGN §3 at 1 (Δ = 9 for
-  the 2020 specs); a violation would break the sensitivity the budget was planned with.
+- ``code_single_iteration``: within an iteration level 1 or 2, a geography filter (state-or-above
+  keeps COARSE_ONLY≠True, sub-state keeps DETAILED_ONLY≠True) and, for race, ALONE, each code maps
+  to at most one iteration. This bounds the stability h at 1 (Δ = 9 for the 2020 specs;
+  docs/explanation/architecture.md#safetab-p); a violation would break the sensitivity the budget
+  was planned with.
 - ``spec_files_load``: finally :func:`das.specs.race_specs.load_race_specs` must accept them.
 """
 

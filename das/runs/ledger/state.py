@@ -23,6 +23,46 @@ from das.runs.ledger.store import Entry
 LEDGER_FORMAT = "das-ledger/1"
 COUNTING = ("authorized", "drawing", "completed")  # statuses that count as spent
 
+# Every kind of entry the ledger holds, in the order a ledger's life writes them, with what it
+# means. The documentation's page of entry kinds is generated from this; tests/test_docs.py
+# fails when the code appends a kind this does not list, or this lists one nothing appends.
+ENTRY_KINDS: dict[str, str] = {
+    "init": "The ledger's first entry: its random id, its ceilings per pass, who created it, "
+    "and the SHA-256 commitment to its secret key (which keys the dataset ids).",
+    "charter": "A charter proposed: the approvers' OpenSSH public keys, the quorum, the "
+    "runners' (run keys') public keys and the ceilings, continuing the charter in force; with "
+    "the proposer's signature. In force once a quorum of the approvers it must satisfy signed.",
+    "charter-signature": "Another approver's signature of a proposed charter.",
+    "approval": "An approval statement (ledger, charter, product, dataset, sealed-parameters "
+    "digest, per pass earlier/this-run/cumulative, expiry, note) with the signatures given "
+    "with it; a paused deployment run writes its request with none. Authorizes one run once "
+    "a quorum of the charter in force signed it.",
+    "approval-signature": "An approver's signature added to an approval statement.",
+    "approval-rejected": "An approval rejected (who, as typed; why; where): it authorizes "
+    "nothing, and a run waiting for it ends Refused.",
+    "validation": "A validation verdict of a dataset under a config (valid or not, counts "
+    "and the names of failed checks; no value).",
+    "run-opened": "A run id bound to its output, product, sealed parameters, budgets and seed "
+    "mode (status reserved).",
+    "run-resumed": "A new attempt of a run that presents the same binding (a resume, a Retry).",
+    "spend-authorized": "The run bound to the dataset it read, with per pass the earlier, "
+    "this-run and cumulative totals, the approval it spends and its signers, the charter and "
+    "the ceiling: from here its spend counts.",
+    "drawing-started": "The run starts drawing noise: from here its spend counts in full, "
+    "whatever happens.",
+    "draw-charged": "A measurement charged before its noise exists.",
+    "draw-recorded": "A measurement's noise file and its SHA-256, recorded after the draw; a "
+    "resume reuses a noise file only when it matches this record.",
+    "run-released": "A run that stopped before its first draw returned its reservation (and "
+    "its approval); by hand (`das ledger release`) with who and why.",
+    "run-failed": "An attempt failed (its error's type).",
+    "refused": "A refused run (product, reason): the trail of what did not become a spend.",
+    "release-sealed": "The content digest of a run's release, recorded before MANIFEST.json is "
+    "written; the MANIFEST carries this entry's number and hash (the release's anchor).",
+    "release-replaced": "An earlier release moved aside by `--replace-release`.",
+    "run-completed": "The release published, with its MANIFEST's SHA-256 and where it is.",
+}
+
 
 @dataclass(frozen=True)
 class LedgerInfo:
