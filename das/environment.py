@@ -220,8 +220,9 @@ VARIABLES: tuple[Variable, ...] = (
     Variable(
         "DAS_E2E_DATABASE",
         "sqlite",
-        "`postgresql` runs the end-to-end Prefect tests with the server on PostgreSQL "
-        "(`.ci/e2e-postgres`).",
+        "The Prefect server's database in the end-to-end tests: `.ci/e2e-prefect` sets "
+        "`postgresql` (a private PostgreSQL cluster, the ledger on it too); `sqlite` runs them "
+        "on a SQLite file.",
         ("tests",),
     ),
     Variable(

@@ -6,7 +6,7 @@ inputs), and a process worker (``das prefect worker start``) from the project's 
 the end-to-end and browser tests (``-m e2e``) and by ``benchmarks/deployment.py``.
 
 The server's database is SQLite in its ``PREFECT_HOME``, or PostgreSQL when
-``DAS_E2E_DATABASE=postgresql`` (``.ci/e2e-postgres``): the ``prefect_stack`` fixture then
+``DAS_E2E_DATABASE=postgresql`` (``.ci/e2e-prefect`` sets it): the ``prefect_stack`` fixture then
 starts a private cluster (``tests/pg_cluster.py``) and gives the server its asyncpg URL, with
 the password in a 0600 file (``DAS_PREFECT_DATABASE_PASSWORD_FILE``) as in production.
 

@@ -3,8 +3,8 @@ and CSRF protection, ``das deploy --local``, a process worker, runs triggered an
 through the API exactly as the UI does, ``das run`` against the same server; anonymous calls
 refused. The server's database is SQLite, or PostgreSQL with ``DAS_E2E_DATABASE=postgresql``.
 
-Run with ``pytest -m e2e`` (``.ci/e2e-prefect``; ``.ci/e2e-postgres`` on PostgreSQL); the
-default suite leaves these out.
+Run with ``pytest -m e2e`` (``.ci/e2e-prefect``, on PostgreSQL); the default suite leaves these
+out.
 """
 
 from __future__ import annotations
@@ -234,7 +234,6 @@ def _release(output: Path) -> dict[str, bytes]:
     }
 
 
-@pytest.mark.any_database  # states and a retry through the API: .ci/e2e-postgres leaves it out
 def test_killed_run_retried_from_the_ui_resumes_without_redraw(
     prefect_stack: PrefectStack, first_runs: dict[str, str]
 ) -> None:
@@ -344,7 +343,7 @@ def test_a_second_release_waits_for_signatures_and_the_ledger_records_every_deci
 
     ledger = stack.ledger()
     assert ledger.verify() == []
-    # On PostgreSQL (.ci/e2e-postgres) the deployments' ledger is the database's, not a file.
+    # On PostgreSQL (.ci/e2e-prefect) the deployments' ledger is the database's, not a file.
     assert (ledger.store.path is None) == (stack.database == "postgresql")
     assert not (stack.root / "ledger").exists() or stack.database == "sqlite"
     runs = {run.run_id: run for run in ledger.runs()}
@@ -373,7 +372,6 @@ def test_a_second_release_waits_for_signatures_and_the_ledger_records_every_deci
     assert done.returncode == 0 and "PROVEN" in done.stdout, done.stdout + done.stderr
 
 
-@pytest.mark.any_database  # the worker's crash detection: .ci/e2e-postgres leaves it out
 def test_a_crashed_run_is_told_apart_from_a_refused_one(
     prefect_stack: PrefectStack, refused_run: str, lost_host: LostHost
 ) -> None:

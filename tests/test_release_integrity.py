@@ -536,6 +536,13 @@ def test_a_ledger_restored_from_an_old_copy_or_cut_back_is_refused_wherever_the_
         create_table_artifact(table=[forged], key=witness_key(info))
     assert das_main(["ledger", "verify", "--ledger", str(ledger)]) == 1
     assert "not the ledger the Prefect server saw" in capfd.readouterr().out
+    # An approver asked to sign against it is refused before being shown any history.
+    approve = ["ledger", "approve", "--ledger", str(ledger), "--product", "safetab-p", "--config",
+               str(config), "--data", str(data), "--key", str(CHARTERS[str(ledger)].approvers[0])]  # fmt: skip
+    assert das_main(approve) == 2
+    shown = capfd.readouterr()
+    assert "not the ledger the Prefect server saw" in shown.out + shown.err
+    assert "earlier 0" not in shown.out  # no (false) history shown
     assert _run(config, data, tmp_path / "elsewhere" / "second") == 2
     err = capfd.readouterr().err
     assert "the Prefect server recorded ledger entry" in err and "cut or rewritten" in err

@@ -513,7 +513,9 @@ def _check_witness(ledger: Any, info: Any, production: bool) -> None:
     """What a run checks before it spends, checked before an approver signs: the Prefect
     server's witnessed heads (when PREFECT_API_URL names it), so nobody signs against a ledger
     that was cut back or restored."""
-    if not os.environ.get("PREFECT_API_URL"):
+    from prefect.settings import get_current_settings
+
+    if not get_current_settings().api.url:  # PREFECT_API_URL, or a profile's
         _say("  (the Prefect server's witness was not asked: PREFECT_API_URL is not set)")
         return
     from tasks.ledger_witness import require_witnessed
