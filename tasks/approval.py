@@ -25,6 +25,7 @@ import os  # noqa: E402
 import threading  # noqa: E402
 import time  # noqa: E402
 from collections.abc import Iterator  # noqa: E402
+from pathlib import Path  # noqa: E402
 from typing import TYPE_CHECKING, Literal  # noqa: E402
 
 from prefect import get_run_logger  # noqa: E402
@@ -83,6 +84,21 @@ def statement_b64(request: Approval) -> str:
     return base64.b64encode(request.message).decode("ascii")
 
 
+def approver_key_hint(ledger_file: Path | None) -> str:
+    """The key to name in the approval's commands: the local profile's approver key when this
+    is `das deploy --local`'s root (``<root>/keys`` beside its ledger folder or its state root
+    ``<root>/state``), else a placeholder an approver replaces with their own key file (no
+    guessed path that fails as printed)."""
+    from das.runs.folder import state_root
+
+    roots = [state_root().parent] + ([ledger_file.parent.parent] if ledger_file else [])
+    for root in roots:
+        local = root / "keys" / "local-approver"
+        if local.is_file():
+            return str(local)
+    return "<your approver key file>"
+
+
 def approval_markdown(
     run: ReleaseRun, request: Approval, signed: list[str], needed: int, note: str = ""
 ) -> str:
@@ -96,6 +112,7 @@ def approval_markdown(
         if run.ledger.store.path is not None
         else '--url "$DAS_LEDGER_URL"'
     )
+    key = approver_key_hint(run.ledger.store.path)
     lines = [
         f"## Approve the privacy spend of {md_escape(run.product)} run {md_escape(run.run_id)}?",
         "",
@@ -127,14 +144,14 @@ def approval_markdown(
         "**How** (each approver, with their own key):",
         "",
         f"1. at a terminal with the pipeline: `das ledger approve --approval "
-        f"{request.approval_id} {where} --key ~/.ssh/id_ed25519` (shows the statement, then "
+        f"{request.approval_id} {where} --key {key}` (shows the statement, then "
         "signs it; the run resumes by itself), or",
         "2. with OpenSSH alone: write the statement, sign it, paste the signature below and "
         "*Resume* (decision: approve):",
         "",
         "```",
         f"echo {statement_b64(request)} | base64 -d > statement.json",
-        f"ssh-keygen -Y sign -n {APPROVAL_NAMESPACE} -f ~/.ssh/id_ed25519 statement.json",
+        f"ssh-keygen -Y sign -n {APPROVAL_NAMESPACE} -f {key} statement.json",
         "cat statement.json.sig",
         "```",
         "",

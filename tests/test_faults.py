@@ -26,7 +26,10 @@ def _das(tmp_path: Path, *args: str, env: dict[str, str], prefix: tuple[str, ...
     command = [*prefix, sys.executable, "-m", "das", *args]
     base = {k: v for k, v in os.environ.items() if not k.startswith(("PREFECT_", "DAS_"))}
     return subprocess.run(
-        command, cwd=tmp_path, env={**base, "DAS_TASK_RUNNER": "threads", **env},
+        command, cwd=tmp_path,
+        # its temporary Prefect API's database in the test's folder, not the user's ~/.prefect
+        env={**base, "DAS_TASK_RUNNER": "threads", "PREFECT_HOME": str(tmp_path / "prefect"),
+             **env},
         capture_output=True, text=True, timeout=600, check=False,
     )  # fmt: skip
 

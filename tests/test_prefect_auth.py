@@ -236,6 +236,7 @@ def _das_ui_login(tmp_path: Path, *args: str, terminal: bool) -> tuple[int, byte
 
     env = {k: v for k, v in os.environ.items() if not k.startswith(("PREFECT_", "TMUX"))}
     env["DAS_PREFECT_AUTH_FILE"] = str(secret_file(tmp_path / "auth", AUTH + "\n"))
+    env["PREFECT_HOME"] = str(tmp_path / "prefect")
     argv = [str(Path(sys.executable).with_name("das")), "ui-login", *args]
     if not terminal:
         done = subprocess.run(argv, env=env, capture_output=True, timeout=120)

@@ -537,8 +537,9 @@ def test_a_ledger_restored_from_an_old_copy_or_cut_back_is_refused_wherever_the_
     assert das_main(["ledger", "verify", "--ledger", str(ledger)]) == 1
     assert "not the ledger the Prefect server saw" in capfd.readouterr().out
     # An approver asked to sign against it is refused before being shown any history.
+    key = CHARTERS[str(ledger)].approvers[0]
     approve = ["ledger", "approve", "--ledger", str(ledger), "--product", "safetab-p", "--config",
-               str(config), "--data", str(data), "--key", str(CHARTERS[str(ledger)].approvers[0])]  # fmt: skip
+               str(config), "--data", str(data), "--key", str(key)]  # fmt: skip
     assert das_main(approve) == 2
     shown = capfd.readouterr()
     assert "not the ledger the Prefect server saw" in shown.out + shown.err

@@ -293,9 +293,11 @@ def ledger_id(store: LedgerStore, local: bool, root: Path | None = None) -> str:
         )
         if local and blank and root is not None:
             info = create_local_ledger(store, root)
+            approver = root / "keys" / "local-approver"
             print(f"das deploy: created the local privacy ledger {info.ledger_id} at "
-                  f"{info.location}, chartered with the local approver key (quorum 1)",
-                  flush=True)  # fmt: skip
+                  f"{info.location}, chartered with the local approver key (quorum 1): "
+                  f"approvals are signed with --key {approver}, releases verified with "
+                  f"--trusted-keys {approver}.pub", flush=True)  # fmt: skip
             return info.ledger_id
         return PrivacyLedger(store).require_intact().ledger_id
     except RunRefused as exc:

@@ -527,7 +527,6 @@ def _check_witness(ledger: Any, info: Any, production: bool) -> None:
 def _approve(args: argparse.Namespace) -> int:
     from das.runs.approver_journal import ApproverJournal
     from das.runs.ledger.approvals import statement_problems, statement_text
-    from das.runs.typed_text import shown
     from das.spend_approval import Proposal, propose, records_fingerprint, sign_proposal
 
     ledger = _ledger(args)
@@ -615,9 +614,7 @@ def _approve(args: argparse.Namespace) -> int:
         _say(f"signed approval {approval.approval_id}: {len(signers)} of {needed} approvers. "
              f"Each other approver: das ledger approve --approval {approval.approval_id} "
              f"{_where_flag(info)}--key <their key>")  # fmt: skip
-    if statement.get("note"):
-        _say(f"note: {shown(statement['note'])}")
-    return EXIT_OK
+    return EXIT_OK  # the note was shown with the statement, before the signature
 
 
 def _reject(args: argparse.Namespace) -> int:

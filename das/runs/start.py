@@ -300,7 +300,8 @@ def check_start(
                 else ""
             )
             + ". Nothing was read or drawn",
-            Remedy(command=approve_command(request)),
+            # a run that took the approval and can go on is the way out, not a second approval
+            Remedy(command=held[0].way) if held else Remedy(command=approve_command(request)),
             [],
             ledger.info.ceilings,
             "",

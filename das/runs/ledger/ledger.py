@@ -538,7 +538,9 @@ class PrivacyLedger:
             counting = [r for r in runs if r.counting]
             passes = spending.plan_passes(counting, budgets, definition)
             ceiling = spending.ceilings(info, chain)[definition]
-            spending.check_ceiling(passes, ceiling, dataset, counting, "cannot approve: ")
+            spending.check_ceiling(
+                passes, ceiling, dataset, counting, "cannot approve: ", location=self.location
+            )
             used = spending.used_approvals(runs)
             charter = None if chain.in_force is None else chain.in_force.digest
             open_ = [
@@ -780,7 +782,7 @@ class PrivacyLedger:
             and a["statement"]["parameters"]["digest"] == parameters
         }
         runs = [self.run(run_id) for run_id in sorted(used)]
-        return spending.holders(r for r in runs if r is not None)
+        return spending.holders((r for r in runs if r is not None), self.location)
 
     def totals(self, dataset: str) -> dict[str, dict[str, str]]:
         """Cumulative spend per pass of a dataset (:func:`~das.runs.ledger.spending.totals`)."""

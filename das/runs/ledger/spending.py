@@ -21,6 +21,7 @@ import datetime as dt
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from fractions import Fraction
+from pathlib import Path
 from typing import Any
 
 from das.privacy.mechanisms import Budget, fraction_text
@@ -114,10 +115,20 @@ class Holder:
         )
 
 
-def holders(runs: Iterable[RunState]) -> list[Holder]:
+def ledger_option(location: str) -> str:
+    """The ``das ledger`` option that names the ledger at ``location`` (a SQLite file's folder,
+    or the server's URL from the environment): a command printed for this ledger must act on it,
+    not on the default one."""
+    if location.endswith(".sqlite"):
+        return f"--ledger {Path(location).parent}"
+    return '--url "$DAS_LEDGER_URL"'
+
+
+def holders(runs: Iterable[RunState], location: str = "") -> list[Holder]:
     """The unfinished runs among ``runs`` (their budget counts, their release never came),
     each with the way out: resuming it spends nothing more; one that never drew may instead
-    be released."""
+    be released (in the ledger at ``location``, when given)."""
+    where = f" {ledger_option(location)}" if location else ""
     found = []
     for run in runs:
         if not run.unfinished:
@@ -127,7 +138,8 @@ def holders(runs: Iterable[RunState]) -> list[Holder]:
         else:
             way = (
                 f"resume it ({resume_step(run)}), or, if it will not run again, release its "
-                f'reservation: das ledger release --run-id {run.run_id} --reason "..."'
+                f"reservation: das ledger release{where} --run-id {run.run_id} "
+                '--reason "..."'
             )
         found.append(Holder(run, way))
     return found
@@ -150,6 +162,7 @@ def check_ceiling(
     dataset: str,
     counting: Sequence[RunState],
     what: str = "",
+    location: str = "",
 ) -> None:
     """Refuse a spend whose cumulative total would pass the ceiling, naming the unfinished
     runs that hold part of it (their way out frees nothing, but resuming them spends nothing
@@ -164,7 +177,9 @@ def check_ceiling(
         + "; ".join(_spend_line(p) for p in over)
         + "). No approval can allow it. Nothing was drawn"
     )
-    held = holders(r for r in counting if r.run_id in {n for p in over for n in p.prior_runs})
+    held = holders(
+        (r for r in counting if r.run_id in {n for p in over for n in p.prior_runs}), location
+    )
     if held:
         raise CeilingExceeded(
             message + ". The earlier spend includes " + "; ".join(h.line for h in held),
@@ -268,14 +283,14 @@ def authorize(
     passes = plan_passes(counting, state.budgets, state.definition)
     ceiling = ceilings(info, chain)[state.definition]
     if not state.not_private:
-        check_ceiling(passes, ceiling, dataset, counting)
+        check_ceiling(passes, ceiling, dataset, counting, location=location)
     approval = usable_approval(
         db, info, chain, state, dataset, passes, dt.datetime.now(dt.UTC), reference
     )
     accepted_text = None
     if approval is None:
         if production:
-            held = holders(counting)
+            held = holders(counting, location)
             raise ApprovalRequired(
                 f"no approval in the privacy ledger covers this spend on dataset "
                 f"{dataset[:16]}: "
@@ -385,7 +400,7 @@ def _accepted_totals(
         deployment="start a new custom run with the parameter cumulative_total = "
         + f"{dict(totals)}".replace("'", '"'),
     )
-    held = holders(counting)
+    held = holders(counting, location)
     message = (
         f"privacy ledger {location}: dataset {dataset[:16]} already has "
         "recorded spend. " + "; ".join(problems) + "."
