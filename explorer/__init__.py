@@ -2,6 +2,6 @@
 
 It sits above the engine (the engine never imports it) and computes every number it shows with
 the engine's own functions: the planners (:mod:`das.safetab_p.plan`, :mod:`das.phsafe.plan`),
-the budget report (:mod:`das.budget.report`), the calculators, conversions and distributions
+the budget report (:mod:`das.budget.config_report`), the calculators, conversions and distributions
 of :mod:`das.privacy`, and for simulations the engines themselves.
 """

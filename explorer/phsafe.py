@@ -3,8 +3,8 @@ totals per pass, MOE curves; and, on a synthetic population only, what τ trunca
 
 The numbers come from the plan (:func:`das.phsafe.plan.plan_phsafe`, Δ = 2τ+2 for joined
 tables, 2 for unit tables), the report of `das budget report`
-(:func:`das.budget.report.plan_report`) and the calculators. The MOE the user edits is the 90%
-margin of error of a cell: under zCDP z·σ with σ² = Δ²/(2ρ) (the papers' figure, PHSafe
+(:func:`das.budget.config_report.plan_report`) and the calculators. The MOE the user edits is
+the 90% margin of error of a cell: under zCDP z·σ with σ² = Δ²/(2ρ) (the papers' figure, PHSafe
 Table 10), solved by :func:`~das.privacy.calculators.rho_for_moe`; under pure DP the exact
 integer margin of the geometric, solved by :func:`~das.privacy.calculators.epsilon_for_moe`.
 """
@@ -15,7 +15,7 @@ import math
 from pathlib import Path
 from typing import Any
 
-from das.budget.report import plan_report
+from das.budget.config_report import plan_report
 from das.io.phsafe import input_paths, read_geo, read_persons, read_units
 from das.phsafe.engine import prepare_records
 from das.phsafe.plan import PHSAFE_CONFIDENCE, plan_phsafe, table_sensitivity

@@ -2,7 +2,7 @@
 suppression, totals per pass, and the curves of the plots.
 
 Every number comes from the engine: the plan (:func:`das.safetab_p.plan.plan_safetab_p`), the
-report `das budget report` prints (:func:`das.budget.report.plan_report`), the calculators
+report `das budget report` prints (:func:`das.budget.config_report.plan_report`), the calculators
 (:mod:`das.privacy.calculators`) and the noise distributions of the planned measurements.
 
 The MOE the user edits is the 95% margin of error of a stage-2 cell (paper Table 7): under
@@ -18,7 +18,7 @@ from typing import Any
 
 import numpy as np
 
-from das.budget.report import plan_report
+from das.budget.config_report import plan_report
 from das.privacy import calculators
 from das.privacy.accounting import Measurement
 from das.privacy.distributions import suppression_threshold

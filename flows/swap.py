@@ -15,8 +15,8 @@ from typing import Any  # noqa: E402
 from prefect import flow, get_run_logger  # noqa: E402
 
 from das.swapping.definitions import DEFAULT_DELTA  # noqa: E402
-from das.swapping.report import summary  # noqa: E402
 from das.swapping.run import SwapRequest  # noqa: E402
+from das.swapping.swap_report import summary  # noqa: E402
 from tasks.swap import (  # noqa: E402
     check_invariants,
     load_unit_files,

@@ -19,7 +19,7 @@ from typing import Any  # noqa: E402
 from prefect.artifacts import create_markdown_artifact, create_table_artifact  # noqa: E402
 
 from das.privacy.accounting import PrivacyAccountant, summarize  # noqa: E402
-from das.privacy.report import measurement_row  # noqa: E402
+from das.privacy.pass_totals import measurement_row  # noqa: E402
 from das.runs.audit import audit_markdown, md_escape  # noqa: E402
 
 REPORT_HTML = "report.html"

@@ -19,7 +19,7 @@ from prefect.cache_policies import NO_CACHE  # noqa: E402
 
 from das.privacy.noise import seeded_rng  # noqa: E402
 from das.privacy_audit.audit import DEFAULT_PRODUCT_TRIALS  # noqa: E402
-from das.privacy_audit.report import audit_markdown, self_test_markdown  # noqa: E402
+from das.privacy_audit.markdown import audit_markdown, self_test_markdown  # noqa: E402
 
 REPORT_ARTIFACT_KEY = "privacy-audit"
 TARGETS = ("mechanism", "safetab-p", "phsafe", "self-test")

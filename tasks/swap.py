@@ -22,7 +22,7 @@ from prefect.cache_policies import NO_CACHE  # noqa: E402
 
 from das.swapping import run as engine  # noqa: E402
 from das.swapping.files import UnitData  # noqa: E402
-from das.swapping.report import render_markdown  # noqa: E402
+from das.swapping.swap_report import render_markdown  # noqa: E402
 
 REPORT_ARTIFACT_KEY = "swap-report"
 

@@ -17,7 +17,7 @@ from typing import TYPE_CHECKING, Any  # noqa: E402
 from prefect import get_run_logger, task  # noqa: E402
 from prefect.cache_policies import NO_CACHE  # noqa: E402
 
-from das.validation.report import ValidationFailed  # noqa: E402
+from das.validation.findings import ValidationFailed  # noqa: E402
 from tasks.artifacts import publish_validation_verdict  # noqa: E402
 
 if TYPE_CHECKING:

@@ -13,7 +13,7 @@ import pandas as pd
 import pytest
 from fastapi.testclient import TestClient
 
-from das.budget.report import budget_report
+from das.budget.config_report import budget_report
 from das.phsafe.truncate import truncate_per_key, truncation_profile
 from das.privacy import calculators
 from das.privacy.distributions import DiscreteGaussian

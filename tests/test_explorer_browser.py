@@ -26,7 +26,7 @@ from pathlib import Path
 
 import pytest
 
-from das.budget.report import budget_report
+from das.budget.config_report import budget_report
 from das.privacy import calculators
 from explorer import populations
 

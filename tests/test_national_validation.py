@@ -14,7 +14,7 @@ from toy_configs import phsafe_toy_config
 import das.validation.phsafe as phsafe_validation
 from das.synth import generate_phsafe
 from das.validation import validate_phsafe
-from das.validation.report import MAX_ROWS, MAX_VALUES, FailureCollector
+from das.validation.findings import MAX_ROWS, MAX_VALUES, FailureCollector
 
 REPO = Path(__file__).resolve().parents[1]
 DEMO_CONFIG = REPO / "data_specs" / "phsafe" / "demo" / "config.json"

@@ -35,7 +35,7 @@ from das.swapping.permutation import (
     select_records,
     uniform_derangements,
 )
-from das.swapping.report import epsilon_note
+from das.swapping.swap_report import epsilon_note
 
 SCHEME = SwapScheme(match=("ST", "SIZE"), swap=("COU", "TRACT"), hold=("TEN", "HHT"))
 

@@ -145,8 +145,8 @@ def _emit(args: argparse.Namespace, payload: dict[str, Any], markdown: str, ok: 
 
 
 def _mechanism(args: argparse.Namespace) -> int:
+    from das.privacy_audit.markdown import audit_markdown
     from das.privacy_audit.mechanism import audit_mechanism
-    from das.privacy_audit.report import audit_markdown
 
     try:
         report = audit_mechanism(
@@ -185,7 +185,7 @@ def _mechanism(args: argparse.Namespace) -> int:
 
 
 def _product(args: argparse.Namespace) -> int:
-    from das.privacy_audit.report import audit_markdown
+    from das.privacy_audit.markdown import audit_markdown
 
     if args.product == "safetab-p":
         from das.privacy_audit.safetab_p import audit_safetab_p as audit
@@ -207,7 +207,7 @@ def _product(args: argparse.Namespace) -> int:
 
 def _self_test(args: argparse.Namespace) -> int:
     from das.privacy_audit.broken import run_self_test
-    from das.privacy_audit.report import self_test_markdown
+    from das.privacy_audit.markdown import self_test_markdown
 
     report = run_self_test(confidence=args.confidence, delta=args.delta, rng=_rng(args))
     return _emit(args, report.to_dict(), self_test_markdown(report), report.ok)

@@ -179,7 +179,7 @@ def report_outputs(
 ) -> tuple[str, str]:
     """What `das budget report` prints for ``config``, and what it prints with ``--json``: one
     place for both, so that a saved report (`das demo`) is byte for byte the command's."""
-    from das.budget.report import budget_report, render_budget_report
+    from das.budget.config_report import budget_report, render_budget_report
 
     report = budget_report(config, specs_dir=specs, delta=delta)
     return render_budget_report(report), json.dumps(_json_safe(report), allow_nan=False)

@@ -340,7 +340,7 @@ def _run(args: argparse.Namespace) -> int:
     os.environ.setdefault("PREFECT_SERVER_EPHEMERAL_STARTUP_TIMEOUT_SECONDS", "180")
     announced = _announce_local_api(product)
     configure_offline()
-    from das.validation.report import ValidationFailed
+    from das.validation.findings import ValidationFailed
     from flows.runner import task_runner_from_env
 
     if product == "safetab-p":

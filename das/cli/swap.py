@@ -14,7 +14,6 @@ import sys
 
 from das.cli.arguments import resolved_path, seed_int
 from das.io.tables import InputFormatError
-from das.swapping.report import summary
 from das.swapping.run import (
     InvariantViolation,
     SwapRequest,
@@ -22,6 +21,7 @@ from das.swapping.run import (
     parse_two_way,
     run_swap,
 )
+from das.swapping.swap_report import summary
 
 
 def register(subparsers: argparse._SubParsersAction) -> None:

@@ -74,7 +74,7 @@ from das.runs.start import (
     check_start,
 )
 from das.runs.steps import RunSteps
-from das.validation.report import ValidationFailed
+from das.validation.findings import ValidationFailed
 
 
 class RunHost(Protocol):

@@ -15,7 +15,7 @@ from typing import TYPE_CHECKING
 from das.io.tables import InputFormatError
 from das.runs.curator_log import curator_log
 from das.runs.folder import RunFolder
-from das.validation.report import ValidationFailed
+from das.validation.findings import ValidationFailed
 
 if TYPE_CHECKING:
     from das.runs.start import RunInputs

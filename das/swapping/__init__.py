@@ -5,7 +5,7 @@
 - :mod:`das.swapping.definitions`: swapping beside TopDown, SafeTab-P and PHSafe (Table 6.1).
 - :mod:`das.swapping.files`: PHSafe-style ``units`` ⋈ ``geo`` in, the same format out.
 - :mod:`das.swapping.run`: load → swap → check → write, the steps the flow and CLI chain.
-- :mod:`das.swapping.report`: report.json / report.md.
+- :mod:`das.swapping.swap_report`: report.json / report.md.
 
 ε itself lives with the accountant: :func:`das.privacy.calculators.swap_epsilon`.
 """

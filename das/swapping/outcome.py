@@ -1,5 +1,5 @@
 """What one swap produced: the swapped records and everything measured on them (kept in memory
-between the steps of :mod:`das.swapping.run`, and reported by :mod:`das.swapping.report`)."""
+between the steps of :mod:`das.swapping.run`, and reported by :mod:`das.swapping.swap_report`)."""
 
 from __future__ import annotations
 

@@ -37,7 +37,7 @@ from das.swapping.permutation import (
     permutation_swap,
     stratum_codes,
 )
-from das.swapping.report import build_report, render_markdown
+from das.swapping.swap_report import build_report, render_markdown
 
 CONTINGENCY_STEM = "contingency"
 DEFAULT_TWO_WAY_COLUMN = "TEN"

@@ -18,8 +18,8 @@ reads anyway, for the privacy ledger; curator-local like the report) and always 
 (default ``<data>/validation/``).
 """
 
+from das.validation.findings import Failure, ValidationFailed, ValidationReport
 from das.validation.phsafe import validate_phsafe
-from das.validation.report import Failure, ValidationFailed, ValidationReport
 from das.validation.runner import default_report_dir
 from das.validation.safetab_p import validate_safetab_p
 

@@ -24,7 +24,7 @@ from typing import Any
 import pandas as pd
 
 from das.offline import configure_offline
-from das.validation.report import short_value
+from das.validation.findings import short_value
 from das.validation.suites import Suite
 
 DATA_DOCS_SITE = "das_validation"

@@ -66,7 +66,7 @@ from das.io.tables import (
     resolve_input,
 )
 from das.specs.config import PHSafeConfig, load_phsafe_config
-from das.validation.report import ValidationReport
+from das.validation.findings import ValidationReport
 from das.validation.runner import DEFAULT_SAMPLE_ROWS, Context, run_validation
 from das.validation.scan import (
     ChunkHook,

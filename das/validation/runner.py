@@ -29,7 +29,7 @@ from typing import TypeVar
 from das.io.atomic import atomic_write_text
 from das.io.tables import DEFAULT_CHUNK_BYTES, TableSpec, resolve_input
 from das.specs.config import ConfigError
-from das.validation.report import (
+from das.validation.findings import (
     FailureCollector,
     SkippedCheck,
     ValidationReport,

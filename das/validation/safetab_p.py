@@ -39,7 +39,7 @@ import pyarrow.compute as pc
 from das.io.safetab_p import GRF_C, PERSON_RECORDS, RACE_COLUMNS
 from das.io.tables import DEFAULT_CHUNK_BYTES
 from das.specs.config import SafeTabPConfig, load_safetab_p_config
-from das.validation.report import ValidationReport
+from das.validation.findings import ValidationReport
 from das.validation.runner import DEFAULT_SAMPLE_ROWS, Context, run_validation
 from das.validation.scan import (
     column_array,

@@ -41,7 +41,7 @@ from das.io.tables import (
     iter_raw,
     read_header,
 )
-from das.validation.report import MAX_ROWS, FailureCollector, FileSummary, short_value
+from das.validation.findings import MAX_ROWS, FailureCollector, FileSummary, short_value
 from das.validation.suites import (
     COLUMN_TYPES,
     TABLE_TYPES,

@@ -3,7 +3,7 @@
 SafeTab-P and PHSafe plans are both lists of :class:`Measurement`. Totals are composed by the
 accountant (the one home of composition), then converted to the bounded (change-one-record)
 equivalent and to (ε, δ). The per-product report (which plans a config) lives above the
-products, in :mod:`das.budget.report`: the privacy foundation does not know the products.
+products, in :mod:`das.budget.config_report`: the privacy foundation does not know the products.
 """
 
 from __future__ import annotations

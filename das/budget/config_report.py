@@ -2,7 +2,7 @@
 
 It plans a config with its product's planner (:mod:`das.safetab_p.plan`,
 :mod:`das.phsafe.plan`) and composes each pass with the product-neutral
-:func:`das.privacy.report.pass_summary`. It lives above the products so that the privacy
+:func:`das.privacy.pass_totals.pass_summary`. It lives above the products so that the privacy
 foundation never imports them. `das budget report` and the tuning explorer both call it: one
 home for every total the two show.
 """
@@ -15,7 +15,7 @@ from typing import Any
 
 from das.phsafe.plan import plan_phsafe
 from das.privacy.accounting import Measurement
-from das.privacy.report import pass_summary
+from das.privacy.pass_totals import pass_summary
 from das.safetab_p.plan import plan_safetab_p, plan_safetab_p_from_files
 from das.specs.config import PHSafeConfig, SafeTabPConfig, detect_product, load_phsafe_config
 
