@@ -307,7 +307,7 @@ RELATED: tuple[Variable, ...] = (
     ),
     Variable(
         "PREFECT_SERVER_EPHEMERAL_STARTUP_TIMEOUT_SECONDS",
-        "180 (set by `das run` when unset)",
+        "180 (set by every `das` command when unset)",
         "How long the temporary local Prefect API of a `das run` may take to start.",
         ("terminal",),
     ),

@@ -326,7 +326,7 @@ def test_a_second_release_waits_for_signatures_and_the_ledger_records_every_deci
     # Its commands name the local profile's approver key (the one this ledger's charter names),
     # so that they work as printed on the one-machine path.
     local_key = str(stack.root / "keys" / "local-approver")
-    assert f"--key {local_key}`" in waiting["description"]
+    assert f"--key {local_key}`" in waiting["data"]
     assert f"-f {local_key} statement.json" in description
     # A typed decision is no approval: the run pauses again, nothing drawn.
     stack.resume_as_the_ui_does(approved, {"decision": "approve", "name": "Chief Privacy Officer"})

@@ -153,8 +153,13 @@ def _mount_namespaces() -> bool:
 
 
 @pytest.mark.slow
+@pytest.mark.usefixtures("prefect_server")
 def test_a_full_disk(tmp_path: Path) -> None:
-    """The run folder on a tmpfs with no room left: the run stops saying so, exit 3."""
+    """The run folder on a tmpfs with no room left: the run stops saying so, exit 3. (Against
+    the session's Prefect API: a temporary one would add its start, and on a loaded machine its
+    own SQLite "database is locked" tracebacks, to what this test reads.)"""
+    from prefect.settings import PREFECT_API_URL
+
     if not _mount_namespaces():
         pytest.skip("no mount namespaces here (unshare -m): cannot give the run a full disk")
     small = tmp_path / "small"
@@ -166,7 +171,9 @@ def test_a_full_disk(tmp_path: Path) -> None:
         'dd if=/dev/zero of="$0/filler" bs=4k count=250 2>/dev/null; '
         'exec "$@"'
     )
-    done = _das(tmp_path, *_run_args(small / "out", tmp_path / "ledger"), env={},
+    done = _das(tmp_path, *_run_args(small / "out", tmp_path / "ledger"),
+                env={"PREFECT_API_URL": str(PREFECT_API_URL.value()),
+                     "DAS_STATE_DIR": str(small / "state")},  # the run folder on that disk
                 prefix=("unshare", "-m", "sh", "-c", script, str(small)))  # fmt: skip
     line = _one_line(done, "the disk is full")
     assert "free space there" in line and "resume" in line

@@ -570,8 +570,14 @@ def test_a_prefect_server_that_never_saw_the_ledger_vouches_for_nothing(
     _approve(config, data)
     assert _run(config, data, tmp_path / "first") == 0
     drawn = len(count_samples)
+    _approve(config, data)  # a second approval, while the right server answers
     monkeypatch.setattr(witness, "_recorded", lambda like: iter(()))  # the other server
-    _approve(config, data)
+    key = CHARTERS[str(ledger)].approvers[0]
+    approve = ["ledger", "approve", "--ledger", str(ledger), "--product", "safetab-p", "--config",
+               str(config), "--data", str(data), "--key", str(key)]  # fmt: skip
+    assert das_main(approve) == 2  # an approver asked there is refused too
+    shown = capfd.readouterr()
+    assert "holds no head of ledger" in shown.out + shown.err
     assert _run(config, data, tmp_path / "second") == 2
     assert "holds no head of ledger" in capfd.readouterr().err
     assert len(count_samples) == drawn and not (tmp_path / "second").exists()

@@ -829,7 +829,6 @@ def _show(args: argparse.Namespace) -> int:
 
 def _witnessed(ledger: Any, info: Any) -> dict[str, Any]:
     """The Prefect server's heads of this ledger, checked (:mod:`tasks.ledger_witness`)."""
-    os.environ.setdefault("PREFECT_SERVER_EPHEMERAL_STARTUP_TIMEOUT_SECONDS", "180")
     try:
         from tasks.ledger_witness import witnessed_problems
 

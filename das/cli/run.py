@@ -336,8 +336,6 @@ def _run(args: argparse.Namespace) -> int:
 
     from das.offline import configure_offline
 
-    # A loaded machine starts the temporary Prefect API slowly: wait longer than Prefect's 20 s.
-    os.environ.setdefault("PREFECT_SERVER_EPHEMERAL_STARTUP_TIMEOUT_SECONDS", "180")
     announced = _announce_local_api(product)
     configure_offline()
     from das.validation.findings import ValidationFailed
