@@ -35,6 +35,7 @@ from das.runs.ledger import LedgerStore, PrivacyLedger, RunOpening
 from das.runs.ledger.approvals import APPROVAL_NAMESPACE, approval_statement
 from das.runs.ledger.charter import CHARTER_NAMESPACE, charter_statement
 from das.runs.ledger.ledger import ledger_ceilings
+from das.runs.ledger.run_signatures import RunSigner
 from das.runs.release import MANIFEST
 from das.signing import canonical_json, generate_key, public_key_of
 from das.signing.sshsig import sign
@@ -90,13 +91,15 @@ def authorize_cost(approvers: int, repeat: int) -> dict[str, float]:
         with tempfile.TemporaryDirectory() as scratch:
             folder = Path(scratch)
             (folder / "c").mkdir()
-            chartered, keys, _ = _chartered(folder / "c", approvers)
+            chartered, keys, run_key = _chartered(folder / "c", approvers)
             plain = PrivacyLedger.initialize(LedgerStore.in_directory(folder / "plain"))
-            for name, ledger, production in (("chartered", chartered, True),
-                                             ("unchartered", plain, False)):  # fmt: skip
+            for name, ledger, production, signer in (
+                ("chartered", chartered, True, RunSigner(run_key)),  # as a run signs it
+                ("unchartered", plain, False, None),
+            ):
                 dataset = _approved_run(ledger, keys, "run")
                 started = time.perf_counter()
-                ledger.authorize("run", dataset, production=production)
+                ledger.authorize("run", dataset, production=production, signer=signer)
                 timings[name].append(time.perf_counter() - started)
     return {f"{name}_s": _median(values) for name, values in timings.items()}
 
@@ -112,7 +115,7 @@ def release_cost(megabytes: int, repeat: int) -> dict[str, float]:
         (folder / "c").mkdir()
         ledger, keys, run_key = _chartered(folder / "c", 1)
         dataset = _approved_run(ledger, keys, "run")
-        passes = ledger.authorize("run", dataset, production=True)
+        passes = ledger.authorize("run", dataset, production=True, signer=RunSigner(run_key))
         proof = ledger.spend_proof("run")
         release = folder / "release"
         (release / "t1").mkdir(parents=True)
