@@ -144,7 +144,7 @@ def _release(
                 "counts",
                 lambda: settled(
                     [count_bucket_task.submit(plan.config, work, b) for b in range(buckets)],
-                    lambda: run.advance("counts"),
+                    lambda _: run.advance("counts"),
                 ),
             )
         run.start_drawing()
@@ -155,7 +155,7 @@ def _release(
                 )
                 for table, queries in plan.queries.items()
             ]
-            results = settled(futures, lambda: run.advance("measure"))
+            results = settled(futures, lambda _: run.advance("measure"))
             record_draws(audit, results, "tables")
         pass_name = plan.config.pass_name
         accountant = pass_accountant(plan, results)

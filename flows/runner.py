@@ -107,3 +107,16 @@ def task_runner_from_env(workers: int = 2) -> TaskRunner:
         # small limit would have the nanny kill it mid-table.
         kwargs["memory_limit"] = "auto"
     return EagerDaskTaskRunner(cluster_kwargs=kwargs)
+
+
+def task_slots(runner: TaskRunner | None) -> int:
+    """How many tasks ``runner`` (the flow run's task runner) runs at once: its Dask cluster's
+    worker threads (a cluster of other hosts included), its thread pool's size, else 1."""
+    try:
+        if isinstance(runner, DaskTaskRunner):
+            return max(1, sum(runner.client.nthreads().values()))
+        if isinstance(runner, ThreadPoolTaskRunner):
+            return max(1, min(int(runner._max_workers), os.cpu_count() or 1))
+    except Exception:  # a cluster that cannot say: one task at a time is still correct
+        return 1
+    return 1

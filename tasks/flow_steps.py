@@ -36,15 +36,15 @@ def run_once(steps: RunSteps, name: str, call: Callable[[], Any]) -> Any:
     return result
 
 
-def settled(futures: Sequence[Any], on_done: Callable[[], None] | None = None) -> list[Any]:
-    """The results of ``futures`` once *all* of them finished (``on_done`` called as each
-    does: progress): when one fails, the others (drawing tasks) are not left running behind
+def settled(futures: Sequence[Any], on_done: Callable[[Any], None] | None = None) -> list[Any]:
+    """The results of ``futures`` once *all* of them finished (``on_done(future)`` called as
+    each does: progress): when one fails, the others (drawing tasks) are not left running behind
     the failure, so the failed attempt's audit lists every draw it persisted."""
     from prefect.futures import as_completed
 
-    for _ in as_completed(list(futures)):
+    for future in as_completed(list(futures)):
         if on_done is not None:
-            on_done()
+            on_done(future)
     return [future.result() for future in futures]
 
 

@@ -142,10 +142,12 @@ def spill_persons_task(job: SafeTabPJob, folder: RunFolder) -> dict[str, Any]:
 
 
 @task(name="count-state-totals", cache_policy=NO_CACHE, persist_result=False)
-def count_state_totals_task(job: SafeTabPJob, state: int) -> int:
-    """True totals of every group one state's records reach, at every tabulated level."""
-    count_state_totals(job.config, job.specs, job.folder, state)
-    return state
+def count_state_totals_task(job: SafeTabPJob, states: list[int]) -> list[int]:
+    """True totals of every group some states' records reach, at every tabulated level (one
+    state at a time)."""
+    for state in states:
+        count_state_totals(job.config, job.specs, job.folder, state)
+    return states
 
 
 @task(name="combine-totals", cache_policy=NO_CACHE, persist_result=False)
@@ -192,10 +194,12 @@ def measure_level_task(
 
 
 @task(name="count-state-cells", cache_policy=NO_CACHE, persist_result=False)
-def count_state_cells_task(job: SafeTabPJob, state: int) -> int:
-    """Sex × age counts of the groups whose stage 1 chose a breakdown, one state's share."""
-    count_state_cells(job.config, job.specs, job.folder, state)
-    return state
+def count_state_cells_task(job: SafeTabPJob, states: list[int]) -> list[int]:
+    """Sex × age counts of the groups whose stage 1 chose a breakdown, some states' share (one
+    state at a time)."""
+    for state in states:
+        count_state_cells(job.config, job.specs, job.folder, state)
+    return states
 
 
 @task(name="combine-cells", cache_policy=NO_CACHE, persist_result=False)

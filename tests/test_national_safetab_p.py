@@ -21,6 +21,7 @@ from das.privacy.accounting import Measurement, PrivacyAccountant, compose, nois
 from das.runs.folder import RunFolder
 from das.runs.noise_store import NoiseStore, seeded_streams
 from das.safetab_p.engine import run_safetab_p, write_release
+from das.safetab_p import spill
 from das.safetab_p.iterations import code_positions
 from das.safetab_p.spill import CombinationCodec
 from das.safetab_p.streamed import key_sets, state_records
@@ -213,3 +214,34 @@ def test_combination_codec_round_trips_positions() -> None:
     # equal words <=> equal multisets (order of the codes within a record does not matter)
     lo2, hi2 = codec.pack(codes[:, ::-1], qspan)
     assert np.array_equal(lo, lo2) and np.array_equal(hi, hi2)
+
+
+def test_state_groups_split_the_states_by_their_public_blocks(
+    demo_data: Path, tmp_path: Path
+) -> None:
+    """The flow's per-state steps run a task per group of states: every state in exactly one
+    group, at most the groups asked for, loads within one state's blocks of each other (largest
+    first into the lightest group), the same groups for the same GRF-C whatever the records
+    (the groups are task parameters the Prefect server sees: no record may weigh in)."""
+    config = load_safetab_p_config(demo_data / "config.json")
+    grfc = read_grf_c(demo_data / "GRF-C.txt")
+    work = spill.WorkFolder(tmp_path / "work")
+    spill.prepare_geography(config, grfc, work)
+    states = state_records.tabulated_states(work)
+    blocks = grfc.groupby(grfc["TABBLKST"].astype(int)).size()
+    assert len(states) > 8 and blocks.nunique() > 1  # groups can differ: the test can fail
+    for groups in (1, 2, 3, 8, len(states), 100):
+        split = state_records.state_groups(work, states, groups)
+        assert sorted(s for group in split for s in group) == sorted(states)
+        assert len(split) == min(groups, len(states))
+        assert split == sorted(split) and all(group == sorted(group) for group in split)
+        loads = [sum(int(blocks[s]) + 1 for s in group) for group in split]
+        assert max(loads) - min(loads) <= int(blocks.max()) + 1, (groups, loads)
+        assert split == state_records.state_groups(work, list(reversed(states)), groups)
+    # records spilled or not, the same groups: only the GRF-C weighs
+    before = state_records.state_groups(work, states, 4)
+    spill.spill_persons(config, load_race_specs(demo_data), demo_data / "person-records.txt", work)
+    assert work.spilled_states()
+    assert state_records.state_groups(work, states, 4) == before
+    with pytest.raises(ValueError, match="at least 1"):
+        state_records.state_groups(work, states, 0)

@@ -226,10 +226,10 @@ class ReleaseRun:
         if progress is not None:
             progress.end(name, skipped=skipped)
 
-    def advance(self, name: str) -> None:
-        """One unit of stage ``name`` done (a state, level, bucket or table)."""
+    def advance(self, name: str, units: int = 1) -> None:
+        """``units`` of stage ``name`` done (states, a level, a bucket or a table)."""
         if self.progress is not None:
-            self.progress.advance(name)
+            self.progress.advance(name, units)
 
     @property
     def draws(self) -> DrawLedger:

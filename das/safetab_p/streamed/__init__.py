@@ -53,7 +53,7 @@ from das.safetab_p.streamed.run_in_process import (
     pass_accountants,
     run_safetab_p_streamed,
 )
-from das.safetab_p.streamed.state_records import pass_of_state, tabulated_states
+from das.safetab_p.streamed.state_records import pass_of_state, state_groups, tabulated_states
 from das.safetab_p.streamed.true_cells import combine_cells, count_state_cells
 from das.safetab_p.streamed.true_totals import combine_totals, count_state_totals
 
@@ -74,6 +74,7 @@ __all__ = [
     "pass_of_state",
     "plan_by_partition",
     "run_safetab_p_streamed",
+    "state_groups",
     "tabulated_states",
     "write_release_tables",
 ]
