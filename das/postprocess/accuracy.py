@@ -33,7 +33,6 @@ from dataclasses import dataclass, field
 
 import numpy as np
 import pandas as pd
-from scipy.stats import norm
 
 from das.phsafe.tables import SHELLS
 from das.postprocess.counts import aggregate_matrix, key_columns, pivot_table
@@ -46,7 +45,6 @@ from das.privacy.distributions import (
 )
 
 CONFIDENCE = 0.90
-Z_90 = float(norm.ppf(0.5 + CONFIDENCE / 2.0))
 # NOISE_DISTRIBUTION values of the released tables (the published output format).
 DISCRETE_GAUSSIAN = "Discrete Gaussian"
 TWO_SIDED_GEOMETRIC = "Two-Sided Geometric"
@@ -213,7 +211,9 @@ def cell_moe(frame: pd.DataFrame, gaussian: bool = False) -> np.ndarray:
     """
     variance = frame["VARIANCE"].to_numpy().astype(np.float64)
     if gaussian:
-        return Z_90 * np.sqrt(variance)
+        from scipy.stats import norm  # here: scipy.stats costs every das process 0.5 s
+
+        return float(norm.ppf(0.5 + CONFIDENCE / 2.0)) * np.sqrt(variance)
     pairs = pd.DataFrame({"label": frame["NOISE_DISTRIBUTION"].to_numpy(), "v": variance})
     codes, unique = pd.MultiIndex.from_frame(pairs).factorize()
     margins = np.array(

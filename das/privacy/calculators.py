@@ -26,8 +26,6 @@ from typing import Any, Literal, NamedTuple
 
 import numpy as np
 from numpy.typing import ArrayLike, NDArray
-from scipy.optimize import brentq
-from scipy.stats import norm
 
 from das.privacy import distributions
 from das.privacy.exact import to_fraction
@@ -76,6 +74,8 @@ def z_score(confidence: float, decimals: int | None = None) -> float:
     PHExplore used z rounded to 3 decimals (1.645 at 90%): PHSafe Table 10's sixth decimal
     needs it (e.g. (State, A-G) at MOE 68: 0.141622 with 1.645, 0.141596 with 1.6448536…).
     """
+    from scipy.stats import norm  # here: scipy.stats costs every das process 0.5 s
+
     z = float(norm.ppf((1.0 + _confidence(confidence)) / 2.0))
     return z if decimals is None else round(z, decimals)
 
@@ -142,6 +142,8 @@ def epsilon_for_moe(
         high = 1.0
         while _geometric_tail(high, m) <= alpha:
             high *= 2.0
+        from scipy.optimize import brentq
+
         scale = brentq(lambda b: _geometric_tail(b, m) - alpha, 1e-9, high, xtol=1e-14)
     else:
         raise ValueError(f"Invalid method: {method!r} (use 'exact' or 'paper')")

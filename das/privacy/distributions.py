@@ -42,7 +42,6 @@ from functools import cached_property
 
 import numpy as np
 from numpy.typing import ArrayLike, NDArray
-from scipy.special import erfcx
 
 from das.privacy.exact import to_fraction
 
@@ -260,6 +259,8 @@ class DiscreteGaussian(NoiseDistribution):
             + he5 / (30240.0 * s**5)
             - he7 / (1209600.0 * s**7)
         )
+        from scipy.special import erfcx  # here: scipy.special costs every das process 0.2 s
+
         z = math.exp(self._log_z)
         ratio = 0.5 * erfcx(m / (s * math.sqrt(2.0))) * (_SQRT_2PI * s) / z + corr / z
         with np.errstate(under="ignore"):
