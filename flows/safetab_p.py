@@ -8,8 +8,8 @@ the input: :mod:`das.safetab_p.streamed`). Before any record is read,
 the privacy ledger, the run id's binding and the output (a refusal raises ``RunRefused``);
 after the person file's spill — which fingerprints it — the run proves it holds the records
 validation read and the ledger authorizes its spend, before the first draw.
-State groups (a task per group of states of about equal work) and levels run in parallel
-through the task runner (:func:`flows.runner.
+Groups of states and of levels (a task per group of about equal work: :mod:`das.safetab_p.
+streamed.task_groups`) run in parallel through the task runner (:func:`flows.runner.
 task_runner_from_env`); tasks exchange paths into the run's work folder, never frames. Every
 draw is persisted in ``<state root>/runs/<run-id>/`` with its ledger entry, so rerunning a
 failed run with the same run id (by default the Prefect flow-run id: Prefect's Retry) reuses
@@ -35,7 +35,7 @@ from das.runs.policy import RunRefused  # noqa: E402
 from das.runs.records import input_path  # noqa: E402
 from das.runs.start import RunInputs  # noqa: E402
 from das.safetab_p.parameters import parse_parameters, run_inputs  # noqa: E402
-from das.safetab_p.streamed import noise_files_in_use, state_groups  # noqa: E402
+from das.safetab_p.streamed import level_groups, noise_files_in_use, state_groups  # noqa: E402
 from flows.runner import task_runner_from_env, task_slots  # noqa: E402
 from tasks.flow_steps import record_draws, run_once, settled  # noqa: E402
 from tasks.refusal import refused, released  # noqa: E402
@@ -54,7 +54,7 @@ from tasks.safetab_p import (  # noqa: E402
     combine_totals_task,
     count_state_cells_task,
     count_state_totals_task,
-    measure_level_task,
+    measure_levels_task,
     pass_accountant,
     prepare_geography_task,
     spill_persons_task,
@@ -66,10 +66,16 @@ PRODUCT = "safetab-p"
 DEFAULT_DELTA = 1e-10
 
 
-# Tasks per slot of the task runner in a per-state stage: states differ in size, so a few
-# groups per slot keep every slot busy to the end; more would cost the orchestrator a task run
-# each (on the local synthetic inputs, 52 one-state tasks took 14 s of a 40 s run).
+# Tasks per slot of the task runner in a per-state or per-level stage (das.safetab_p.streamed.
+# task_groups): a few groups per slot keep every slot busy to the end; more would cost the
+# orchestrator a task run each.
 GROUPS_PER_SLOT = 2
+
+
+def _slots() -> int:
+    """How many tasks this flow run's task runner runs at once."""
+    context = FlowRunContext.get()
+    return task_slots(context.task_runner if context is not None else None)
 
 
 def _per_state(
@@ -77,8 +83,7 @@ def _per_state(
 ) -> list[list[int]]:
     """The states in groups of about equal work (:func:`state_groups`), a task per group, in
     parallel on the task runner; the groups done. Progress counts states."""
-    slots = task_slots(FlowRunContext.get().task_runner if FlowRunContext.get() else None)
-    groups = state_groups(job.folder, states, GROUPS_PER_SLOT * slots)
+    groups = state_groups(job.folder, states, GROUPS_PER_SLOT * _slots())
     futures = {task_fn.submit(job, group): len(group) for group in groups}
     return settled(list(futures), lambda future: run.advance(stage, futures[future]))
 
@@ -171,18 +176,18 @@ def _release(request: RunRequest, inputs: RunInputs, delta: float) -> dict[str, 
             run_once(steps, "combine-totals", lambda: combine_totals_task(job))
         run.start_drawing()
         partitions = job.partitions()
-        levels_total = sum(len(levels) for levels in partitions.values())
-        with run.stage("measure", levels_total):
+        groups = level_groups(job.config, job.specs, job.folder, GROUPS_PER_SLOT * _slots())
+        with run.stage("measure", sum(len(group) for group in groups)):
             futures = {
-                name: [
-                    measure_level_task.submit(job, partition, folder, seed, run.lease, run.draws)
-                    for partition in levels
-                ]
-                for name, levels in partitions.items()
+                measure_levels_task.submit(job, group, folder, seed, run.lease, run.draws): group
+                for group in groups
             }
-            # All done (or the failure, once every level stopped); a level at a time shown.
-            settled([f for fs in futures.values() for f in fs], lambda _: run.advance("measure"))
-            results = {name: [f.result() for f in fs] for name, fs in futures.items()}
+            # All done (or the failure, once every level stopped); levels counted as groups end.
+            done = settled(
+                list(futures), lambda future: run.advance("measure", len(futures[future]))
+            )
+            measured = {result.partition: result for results in done for result in results}
+            results = {name: [measured[p] for p in levels] for name, levels in partitions.items()}
             record_draws(audit, [r for rs in results.values() for r in rs], "levels")
         accountants: dict[str, PrivacyAccountant] = {
             name: pass_accountant(job, name, levels) for name, levels in results.items()

@@ -155,8 +155,20 @@ def combine_totals_task(job: SafeTabPJob) -> None:
     combine_totals(job.config, job.specs, job.folder)
 
 
-@task(name="measure-level", cache_policy=NO_CACHE, persist_result=False)
-def measure_level_task(
+@task(name="measure-levels", cache_policy=NO_CACHE, persist_result=False)
+def measure_levels_task(
+    job: SafeTabPJob,
+    partitions: list[str],
+    folder: RunFolder,
+    seed: int | None,
+    lease: RunLease | None = None,
+    draws: DrawLedger | None = None,
+) -> list[LevelResult]:
+    """Some levels (:func:`das.safetab_p.streamed.level_groups`), one after the other."""
+    return [measure_one_level(job, p, folder, seed, lease, draws) for p in partitions]
+
+
+def measure_one_level(
     job: SafeTabPJob,
     partition: str,
     folder: RunFolder,

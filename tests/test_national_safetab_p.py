@@ -20,11 +20,11 @@ from das.io.safetab_p import read_grf_c, read_person_records
 from das.privacy.accounting import Measurement, PrivacyAccountant, compose, noise_digest
 from das.runs.folder import RunFolder
 from das.runs.noise_store import NoiseStore, seeded_streams
-from das.safetab_p.engine import run_safetab_p, write_release
 from das.safetab_p import spill
+from das.safetab_p.engine import run_safetab_p, write_release
 from das.safetab_p.iterations import code_positions
 from das.safetab_p.spill import CombinationCodec
-from das.safetab_p.streamed import key_sets, state_records
+from das.safetab_p.streamed import key_sets, state_records, task_groups
 from das.specs.config import SafeTabPConfig, load_safetab_p_config
 from das.specs.race_specs import load_race_specs
 from das.synth import generate_safetab_p
@@ -231,17 +231,52 @@ def test_state_groups_split_the_states_by_their_public_blocks(
     blocks = grfc.groupby(grfc["TABBLKST"].astype(int)).size()
     assert len(states) > 8 and blocks.nunique() > 1  # groups can differ: the test can fail
     for groups in (1, 2, 3, 8, len(states), 100):
-        split = state_records.state_groups(work, states, groups)
+        split = task_groups.state_groups(work, states, groups)
         assert sorted(s for group in split for s in group) == sorted(states)
         assert len(split) == min(groups, len(states))
         assert split == sorted(split) and all(group == sorted(group) for group in split)
         loads = [sum(int(blocks[s]) + 1 for s in group) for group in split]
         assert max(loads) - min(loads) <= int(blocks.max()) + 1, (groups, loads)
-        assert split == state_records.state_groups(work, list(reversed(states)), groups)
+        assert split == task_groups.state_groups(work, list(reversed(states)), groups)
     # records spilled or not, the same groups: only the GRF-C weighs
-    before = state_records.state_groups(work, states, 4)
+    before = task_groups.state_groups(work, states, 4)
     spill.spill_persons(config, load_race_specs(demo_data), demo_data / "person-records.txt", work)
     assert work.spilled_states()
-    assert state_records.state_groups(work, states, 4) == before
+    assert task_groups.state_groups(work, states, 4) == before
     with pytest.raises(ValueError, match="at least 1"):
-        state_records.state_groups(work, states, 0)
+        task_groups.state_groups(work, states, 0)
+
+
+def test_level_groups_hold_every_level_once_in_order_balanced_by_size(
+    demo_data: Path, tmp_path: Path
+) -> None:
+    """The measure stage runs a task per group of levels: every tabulated level in exactly one
+    group, in configuration order within it, loads within one level's size of each other."""
+    config = load_safetab_p_config(demo_data / "config.json")
+    specs = load_race_specs(demo_data)
+    work = spill.WorkFolder(tmp_path / "work")
+    spill.prepare_geography(config, read_grf_c(demo_data / "GRF-C.txt"), work)
+    spaces = [
+        space
+        for pass_name in spill.PASSES
+        if (geography := spill.load_geography(work, pass_name)) is not None
+        for space in key_sets.level_spaces(config, specs, geography)
+    ]
+    order = [space.partition for space in spaces]
+    size = {space.partition: space.n_groups for space in spaces}
+    assert len(order) > 4 and len(set(size.values())) > 1
+    for groups in (1, 2, 4, len(order), 50):
+        split = task_groups.level_groups(config, specs, work, groups)
+        assert sorted(p for group in split for p in group) == sorted(order)
+        assert len(split) == min(groups, len(order))
+        assert all(group == sorted(group, key=order.index) for group in split)
+        loads = [sum(size[p] + 1 for p in group) for group in split]
+        assert max(loads) - min(loads) <= max(size.values()) + 1, (groups, loads)
+
+
+def test_balanced_groups_put_the_largest_first_into_the_lightest_group() -> None:
+    weights = {"a": 10, "b": 1, "c": 1, "d": 8, "e": 0}
+    # a 11 | d 9, b 10 | c 13 (a tie: the first group) | e 11 (each item counts its weight + 1)
+    assert task_groups.balanced_groups(list("abcde"), weights, 2) == [["a", "c"], ["b", "d", "e"]]
+    assert task_groups.balanced_groups(list("abcde"), weights, 9) == [[x] for x in "abcde"]
+    assert task_groups.balanced_groups([], weights, 3) == []

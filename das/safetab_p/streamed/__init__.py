@@ -25,6 +25,7 @@ callers use:
 
 :mod:`.key_sets` holds the key sets, integer index spaces (group = entity · n_iterations +
 iteration), entities from the GRF-C and iterations from the specs, never from the data;
+:mod:`.task_groups` says which states and levels one task of the flow takes;
 :mod:`.run_in_process` runs every step in one process (:func:`run_safetab_p_streamed`). Each
 measurement is one noise vector of the same size, drawn in the same order (per level: stage
 1, total-only, stage 2; levels in configuration order, US pass first) as the in-memory engine,
@@ -53,7 +54,8 @@ from das.safetab_p.streamed.run_in_process import (
     pass_accountants,
     run_safetab_p_streamed,
 )
-from das.safetab_p.streamed.state_records import pass_of_state, state_groups, tabulated_states
+from das.safetab_p.streamed.state_records import pass_of_state, tabulated_states
+from das.safetab_p.streamed.task_groups import level_groups, state_groups
 from das.safetab_p.streamed.true_cells import combine_cells, count_state_cells
 from das.safetab_p.streamed.true_totals import combine_totals, count_state_totals
 
@@ -67,6 +69,7 @@ __all__ = [
     "combine_totals",
     "count_state_cells",
     "count_state_totals",
+    "level_groups",
     "level_spaces",
     "measure_level_streamed",
     "noise_files_in_use",

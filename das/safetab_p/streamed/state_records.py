@@ -9,8 +9,7 @@ folder, which its combine step joins.
 
 from __future__ import annotations
 
-import heapq
-from collections.abc import Iterator, Sequence
+from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -43,31 +42,6 @@ def tabulated_states(work: WorkFolder) -> list[int]:
         if geography is not None:
             states.extend(geography.states)
     return states
-
-
-def state_groups(work: WorkFolder, states: Sequence[int], groups: int) -> list[list[int]]:
-    """``states`` in at most ``groups`` groups of about equal work, one task each (a task per
-    state costs the orchestrator more than a small state's counting).
-
-    Work is weighed by a state's GRF-C blocks, which are public, never by its records: the
-    groups are task parameters, which the Prefect server sees. Largest first into the lightest
-    group; deterministic; each group's states in order, the groups in order of their first.
-    """
-    if groups < 1:
-        raise ValueError(f"groups must be at least 1, not {groups}")
-    blocks: dict[int, int] = {}
-    for pass_name in PASSES:
-        geography = load_geography(work, pass_name)
-        if geography is not None:
-            per_state = np.bincount(geography.geounit_state[geography.block_geounit])
-            blocks.update({state: int(per_state[state]) for state in geography.states})
-    loads = [(0, index) for index in range(min(groups, len(states)))]
-    members: list[list[int]] = [[] for _ in loads]
-    for state in sorted(states, key=lambda state: (-blocks.get(state, 0), state)):
-        load, index = heapq.heappop(loads)
-        members[index].append(state)
-        heapq.heappush(loads, (load + blocks.get(state, 0) + 1, index))
-    return sorted((sorted(group) for group in members if group), key=lambda group: group[0])
 
 
 def state_range(
