@@ -48,10 +48,15 @@ def _log_diff_ndtr(a: np.ndarray, b: np.ndarray) -> np.ndarray:
     # Upper tail: Φ(b) - Φ(a) = Q(a) - Q(b) = Φ(-a) - Φ(-b).
     hi = special.log_ndtr(np.where(upper_side, -a, b))
     lo = special.log_ndtr(np.where(upper_side, -b, a))
+    return _log_diff(hi, lo, a < b)
+
+
+def _log_diff(log_hi: np.ndarray, log_lo: np.ndarray, ordered: np.ndarray) -> np.ndarray:
+    """``log(exp(log_hi) - exp(log_lo))`` where ``ordered``, else -inf."""
     with np.errstate(divide="ignore", invalid="ignore"):
-        gap = np.minimum(lo - hi, 0.0)
-        out = hi + np.log(-np.expm1(gap))
-    return np.where(a < b, out, -np.inf)
+        gap = np.minimum(log_lo - log_hi, 0.0)
+        out = log_hi + np.log(-np.expm1(gap))
+    return np.where(ordered, out, -np.inf)
 
 
 def _truncated(
@@ -70,7 +75,10 @@ def _truncated(
         lo = np.where(flip, -b, a)
         hi = np.where(flip, -a, b)
         v = np.where(flip, 1.0 - u, u)
-        log_p = np.logaddexp(special.log_ndtr(lo), np.log(v) + _log_diff_ndtr(lo, hi))
+        # lo ≤ 0: log(Φ(hi) - Φ(lo)) is _log_diff_ndtr's lower-tail branch, with Φ(lo) reused
+        log_lo = special.log_ndtr(lo)
+        log_mass = _log_diff(special.log_ndtr(hi), log_lo, lo < hi)
+        log_p = np.logaddexp(log_lo, np.log(v) + log_mass)
         z = np.clip(special.ndtri_exp(np.minimum(log_p, 0.0)), lo, hi)
         x = mean + sd * np.where(flip, -z, z)
     return np.clip(np.nan_to_num(x, nan=0.0, posinf=0.0, neginf=0.0), low, np.maximum(high, low))
@@ -106,16 +114,18 @@ def draw_ratio_posterior(
     big_sd = np.sqrt(num_v.sum(axis=1))[:, None]
     yd = np.asarray(den_y, np.float64)[:, None]
     sd_d = np.sqrt(np.maximum(np.asarray(den_v, np.float64), MIN_VARIANCE))[:, None]
-    inf = np.full(shape, np.inf)
     u = generator.random((3, *shape))
-    scheme_a = (np.arange(n_draws) % 2 == 0)[None, :]
-    # (A) T first, then d on its interval; (B) d first, then T on its interval.
-    t_a = _truncated(big_y, big_sd, np.zeros(shape), inf, u[0])
-    d_a = _truncated(yd, sd_d, np.maximum(1.0, t_a / tau), t_a / c, u[1])
-    d_b = _truncated(yd, sd_d, np.ones(shape), inf, u[0])
-    t_b = _truncated(big_y, big_sd, c * d_b, tau * d_b, u[1])
-    total = np.where(scheme_a, t_a, t_b)
-    den = np.where(scheme_a, d_a, d_b)
+    # (A) T first, then d on its interval, in the even draws; (B) d first, then T on its
+    # interval, in the odd ones. Each scheme is drawn only where it is used.
+    u_a, u_b = np.ascontiguousarray(u[:2, :, 0::2]), np.ascontiguousarray(u[:2, :, 1::2])
+    half_a, half_b = u_a.shape[1:], u_b.shape[1:]
+    t_a = _truncated(big_y, big_sd, np.zeros(half_a), np.full(half_a, np.inf), u_a[0])
+    d_a = _truncated(yd, sd_d, np.maximum(1.0, t_a / tau), t_a / c, u_a[1])
+    d_b = _truncated(yd, sd_d, np.ones(half_b), np.full(half_b, np.inf), u_b[0])
+    t_b = _truncated(big_y, big_sd, c * d_b, tau * d_b, u_b[1])
+    total, den = np.empty(shape), np.empty(shape)
+    total[:, 0::2], total[:, 1::2] = t_a, t_b
+    den[:, 0::2], den[:, 1::2] = d_a, d_b
     log_m_a = _log_diff_ndtr((np.maximum(1.0, total / tau) - yd) / sd_d, (total / c - yd) / sd_d)
     log_m_b = _log_diff_ndtr((c * den - big_y) / big_sd, (tau * den - big_y) / big_sd)
     log_z_t = special.log_ndtr(big_y / big_sd)
