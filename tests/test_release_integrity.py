@@ -788,9 +788,10 @@ t.measure_level_streamed = measure_level_streamed
 
 def _race(tmp_path: Path, *argvs: list[str]) -> tuple[list[subprocess.Popen], list[tuple]]:
     """Start one ``das`` process per argv (GATED_MEASURE), wait until the first one ends, and
-    check that it ended while another was held mid-measurement (the overlap happened, and
-    the one that ended never measured); then open the gate. The processes (the one that ended
-    first last) and their (stdout, stderr)."""
+    check that it ended while another was still running and then reached its measurement (the
+    overlap happened, and the one that ended never measured: on a loaded machine the first can
+    be refused before the other gets that far); then open the gate. The processes (the one that
+    ended first last) and their (stdout, stderr)."""
     gate = tmp_path / "gate"
     gate.mkdir()
     env = {"DAS_TEST_GATE": str(gate)}
@@ -804,6 +805,10 @@ def _race(tmp_path: Path, *argvs: list[str]) -> tuple[list[subprocess.Popen], li
             time.sleep(0.1)
         (first,) = ended
         (held,) = [p for p in processes if p is not first]
+        while not (gate / f"measuring-{held.pid}").exists():
+            assert held.poll() is None, "the other run ended without reaching its measurement"
+            assert time.monotonic() < deadline, "the other run never reached its measurement"
+            time.sleep(0.1)
         assert [path.name for path in gate.iterdir()] == [f"measuring-{held.pid}"]
     finally:
         (gate / "go").touch()
