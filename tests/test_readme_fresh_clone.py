@@ -27,7 +27,7 @@ TIMEOUT = 1800
 # fetching anything (its build backend is in the lock).
 LOCKED_INSTALL = (
     "python3 -m venv .venv && "
-    ".venv/bin/pip install -q --no-compile --no-deps --require-hashes -r requirements.lock && "
+    ".venv/bin/pip install -q --no-deps --require-hashes -r requirements.lock && "
     ".venv/bin/pip install -q --no-deps --no-build-isolation -e . && "
 )
 
