@@ -21,9 +21,8 @@ Tiers (issue 25), run in this order by ``.ci/test`` (the README's test command):
   tests (a wheel in fresh virtualenvs, the README's first command in a fresh clone); marked in
   their modules.
 
-Collection orders the tests fast, integration, e2e (stable within a tier, but for the
-integration modules that take longest, first: ``LONGEST_FIRST``), so a plain ``pytest`` also
-runs the cheap tests first. Every test has a timeout (pyproject's
+Collection orders the tests fast, integration, e2e (stable within a tier), so a plain
+``pytest`` also runs the cheap tests first. Every test has a timeout (pyproject's
 ``timeout``; larger ones are marked where a test needs them).
 """
 
@@ -163,24 +162,6 @@ INTEGRATION_MODULES = {
 # Fixtures that make a test integration: a Prefect test harness or PostgreSQL.
 INTEGRATION_FIXTURES = {"prefect_server", "postgres_cluster"}
 TIERS = ("fast", "integration", "e2e")
-# The integration modules whose tests take longest (30-60 s each on 2 busy cores: the CI of
-# 2026-11-27), run first: in collection order the tutorials came last, and one xdist worker
-# ran them alone while the other had nothing left to do.
-LONGEST_FIRST = (
-    "test_tutorial.py",
-    "test_dask_cluster.py",
-    "test_explorer_browser.py",
-    "test_progress.py",
-    "test_docs.py",
-)
-
-
-def _order(item: pytest.Item) -> tuple[int, int]:
-    """Fast, integration, e2e; within integration the longest modules first (stable)."""
-    rank = TIERS.index(tier(item))
-    if rank == 1 and item.path.name in LONGEST_FIRST:
-        return rank, LONGEST_FIRST.index(item.path.name)
-    return rank, len(LONGEST_FIRST)
 
 
 def tier(item: pytest.Item) -> str:
@@ -192,8 +173,7 @@ def tier(item: pytest.Item) -> str:
 
 
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
-    """Mark the integration tests (module docstring), then order fast, integration (longest
-    modules first), e2e."""
+    """Mark the integration tests (module docstring), then order fast, integration, e2e."""
     for item in items:
         if tier(item) != "fast":
             continue
@@ -205,7 +185,7 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
         ):
             item.add_marker(pytest.mark.integration)
     _default_timeouts(items)
-    items.sort(key=_order)
+    items.sort(key=lambda item: TIERS.index(tier(item)))
 
 
 class ProcessInFastTier(AssertionError):
