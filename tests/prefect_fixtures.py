@@ -39,7 +39,7 @@ SERVER_STARTUP_SECONDS = 480
 # Services of the harness's server that no test here needs: storing every event (each state
 # change, log and heartbeat is one) and evaluating automations against them. The real server
 # of the e2e tests runs them all (tests/test_e2e_prefect.py); here they took a sixth of the
-# server's CPU time (flow tests: 54 -> 45 CPU-s).
+# server's CPU time (the two flow-test modules in one process: 54 -> 47 server CPU-s).
 UNUSED_SERVICES = {
     "PREFECT_SERVER_SERVICES_EVENT_PERSISTER_ENABLED": "false",
     "PREFECT_SERVER_SERVICES_TRIGGERS_ENABLED": "false",
