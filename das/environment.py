@@ -198,6 +198,14 @@ VARIABLES: tuple[Variable, ...] = (
         ("worker", "terminal"),
     ),
     Variable(
+        "DAS_DASK_WORKERS",
+        "2",
+        "Worker processes of a run's own local cluster (one thread each): a whole number of at "
+        "least 1, refused otherwise. More on a larger host; 1 where the run shares two cores "
+        "with other work (the end-to-end tests).",
+        ("worker", "terminal"),
+    ),
+    Variable(
         "DAS_TASK_RUNNER",
         "unset (Dask)",
         "`threads` runs a flow's tasks on Prefect's thread pool instead of Dask (tests and "

@@ -71,11 +71,27 @@ class EagerDaskTaskRunner(DaskTaskRunner):
 
 DASK_HOST_ENV = "DAS_DASK_HOST"  # where a run's own local cluster listens (default loopback)
 DASK_DASHBOARD_ENV = "DAS_DASK_DASHBOARD"  # its dashboard: "HOST:PORT", or "" for none
+DASK_WORKERS_ENV = "DAS_DASK_WORKERS"  # its worker processes (default 2)
 
 
-def task_runner_from_env(workers: int = 2) -> TaskRunner:
+def local_workers(default: int = 2) -> int:
+    """How many worker processes a run's own local cluster starts: ``DAS_DASK_WORKERS``, else
+    ``default``. A value that is not a whole number of at least 1 is refused, not guessed."""
+    value = os.environ.get(DASK_WORKERS_ENV, "").strip()
+    if not value:
+        return default
+    if not value.isdigit() or int(value) < 1:
+        raise ValueError(
+            f"{DASK_WORKERS_ENV}={value!r}: expected the number of worker processes of a run's "
+            "own Dask cluster, a whole number of at least 1"
+        )
+    return int(value)
+
+
+def task_runner_from_env(workers: int | None = None) -> TaskRunner:
     """The Dask task runner (started with the flow run: :class:`EagerDaskTaskRunner`):
-    ``DAS_DASK_ADDRESS`` when set, else a local cluster.
+    ``DAS_DASK_ADDRESS`` when set, else a local cluster of ``workers`` worker processes
+    (default :func:`local_workers`: ``DAS_DASK_WORKERS``, else 2).
 
     ``DAS_TASK_RUNNER=threads`` runs the tasks on Prefect's thread pool instead (tests and
     small runs: no cluster start-up, about 5 s less per run on the toy inputs).
@@ -87,9 +103,11 @@ def task_runner_from_env(workers: int = 2) -> TaskRunner:
     """
     address = os.environ.get("DAS_DASK_ADDRESS")
     if not address and os.environ.get("DAS_TASK_RUNNER") == "threads":
-        return ThreadPoolTaskRunner(max_workers=workers)
+        return ThreadPoolTaskRunner(max_workers=workers or 2)
     if address:
         return EagerDaskTaskRunner(address=address)
+    if workers is None:
+        workers = local_workers()
     processes = bool(os.environ.get("PREFECT_API_URL"))
     kwargs: dict[str, Any] = {
         "n_workers": workers if processes else 1,

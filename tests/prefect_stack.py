@@ -92,6 +92,10 @@ def stack_environment(home: Path, port: int, auth_file: Path | None = None) -> d
         PREFECT_SERVER_SERVICES_SCHEDULER_LOOP_SECONDS="2",
         PREFECT_WORKER_QUERY_SECONDS="2",
         PREFECT_WORKER_HEARTBEAT_SECONDS="10",
+        # One Dask worker process per run's own cluster, not two: the stack shares 2 cores with
+        # the integration tier (.ci/test), and a run's Dask path (its cluster started and
+        # stopped with the flow process) is the same with one worker.
+        DAS_DASK_WORKERS="1",
         # `das run` outside production keeps its per-user ledger here, not in the real home.
         XDG_DATA_HOME=str(home / "xdg-data"),
     )

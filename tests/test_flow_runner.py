@@ -83,3 +83,19 @@ def test_a_runs_own_cluster_listens_on_loopback_only(monkeypatch: pytest.MonkeyP
     assert task_runner_from_env().cluster_kwargs["dashboard_address"] is None
     monkeypatch.setenv("DAS_DASK_DASHBOARD", "0.0.0.0:8787")
     assert task_runner_from_env().cluster_kwargs["dashboard_address"] == "0.0.0.0:8787"
+
+
+def test_a_runs_own_cluster_has_the_workers_the_operator_asks_for(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    for name in ("DAS_TASK_RUNNER", "DAS_DASK_ADDRESS", "DAS_DASK_WORKERS"):
+        monkeypatch.delenv(name, raising=False)
+    monkeypatch.setenv("PREFECT_API_URL", "http://127.0.0.1:1/api")  # worker processes
+    assert task_runner_from_env().cluster_kwargs["n_workers"] == 2
+    monkeypatch.setenv("DAS_DASK_WORKERS", "5")
+    kwargs = task_runner_from_env().cluster_kwargs
+    assert kwargs["n_workers"] == 5 and kwargs["threads_per_worker"] == 1
+    for wrong in ("0", "-1", "two", "1.5"):
+        monkeypatch.setenv("DAS_DASK_WORKERS", wrong)
+        with pytest.raises(ValueError, match="DAS_DASK_WORKERS"):
+            task_runner_from_env()

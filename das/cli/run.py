@@ -339,8 +339,13 @@ def _run(args: argparse.Namespace) -> int:
     announced = _announce_local_api(product)
     configure_offline()
     from das.validation.findings import ValidationFailed
-    from flows.runner import task_runner_from_env
+    from flows.runner import local_workers, task_runner_from_env
 
+    try:
+        local_workers()  # (the flow modules build their runner when imported)
+    except ValueError as exc:
+        print(f"das run {product}: REFUSED — {exc}", file=sys.stderr)
+        return EXIT_USAGE
     if product == "safetab-p":
         from flows.safetab_p import safetab_p_flow as product_flow
     else:
