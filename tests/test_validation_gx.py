@@ -7,6 +7,7 @@ slow; the suite-format, fail-closed and usage tests are fast.
 from __future__ import annotations
 
 import json
+import re
 import shutil
 from pathlib import Path
 
@@ -237,3 +238,38 @@ def test_cli_on_the_census_phsafe_toy_set(census_specs, tmp_path, capsys) -> Non
     assert written["errors"] == 5 and written["warnings"] == 1
     assert (tmp_path / "data_docs" / "index.html").is_file()
     assert "final_pop_matches_persons" in capsys.readouterr().out
+
+
+def _page_text(path: Path) -> str:
+    """A Data Docs page without what differs between two builds (times, run ids)."""
+    text = path.read_text()
+    text = re.sub(r"\d{8}T\d{6}\.\d+Z", "", text)
+    text = re.sub(r"\b\d{4}-\d{2}-\d{2}[T ][\d:.+]+", "", text)
+    return re.sub(r"'_run_time_sort': [\d.]+", "", text)
+
+
+@pytest.mark.slow
+def test_data_docs_templates_compile_once_per_process(inputs, tmp_path, monkeypatch) -> None:
+    """GX makes new Jinja environments at each Data Docs build; the site's views
+    (das.validation.data_docs) share one bytecode cache: a second build compiles no template,
+    and its pages are the first build's."""
+    import jinja2
+
+    validate_safetab_p(inputs / "config.json", inputs, tmp_path / "first")
+    compiled: list[str | None] = []
+    compile_template = jinja2.Environment.compile
+
+    def counted(self, source, name=None, *args, **kwargs):
+        compiled.append(name)
+        return compile_template(self, source, name, *args, **kwargs)
+
+    monkeypatch.setattr(jinja2.Environment, "compile", counted)
+    validate_safetab_p(inputs / "config.json", inputs, tmp_path / "second")
+    assert compiled == []
+    first, second = tmp_path / "first" / "data_docs", tmp_path / "second" / "data_docs"
+    pages = sorted(
+        p.relative_to(first) for p in first.rglob("*.html") if "validations" not in p.parts
+    )
+    assert len(pages) >= 7  # the index and a page per suite
+    for page in pages:
+        assert _page_text(second / page) == _page_text(first / page), page

@@ -110,6 +110,8 @@ def run_suites(batches: list[tuple[Suite, pd.DataFrame]], docs_dir: Path | None)
     import great_expectations as gx
     from great_expectations.data_context.types.base import ProgressBarsConfig
 
+    from das.validation.data_docs import site_views
+
     context = gx.get_context(mode="ephemeral")
     context.variables.progress_bars = ProgressBarsConfig(globally=False)
     for site in list(context.get_site_names()):
@@ -127,7 +129,7 @@ def run_suites(batches: list[tuple[Suite, pd.DataFrame]], docs_dir: Path | None)
                     "class_name": "TupleFilesystemStoreBackend",
                     "base_directory": str(docs_dir),
                 },
-                "site_index_builder": {"class_name": "DefaultSiteIndexBuilder"},
+                **site_views(),
             },
         )
     source = context.data_sources.add_pandas("das_inputs")
