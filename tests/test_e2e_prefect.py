@@ -48,6 +48,13 @@ SAFETAB = "safetab-p/safetab-p-us-pr"
 UNAUTHORIZED = re.compile(r"(?<![0-9a-f-])401(?![0-9a-f-])|Unauthorized", re.I)
 
 
+# The runs of the kill, lost-host and retry tests skip validation (allowed outside production):
+# what they prove is about draws and resumes, and each validation in a new flow process
+# imports and warms up Great Expectations, about 12 CPU-s. The Quick Runs as registered
+# (first_runs, the second release) validate, as production runs do.
+UNVALIDATED = {"skip_validation": True}
+
+
 def outside_production(ledger: Path) -> dict:
     """Job variables of the kill/retry test's runs. Seeds are refused in production and the
     test compares the bytes of two seeded releases, so these runs leave production mode (as an
@@ -99,13 +106,15 @@ def lost_host(prefect_stack: PrefectStack) -> LostHost:
     folder.mkdir()
     output = folder / "output"
     ledger = PrivacyLedger(LedgerStore.in_directory(folder / "ledger"))
-    run = stack.trigger(SAFETAB, {"output": str(output)}, outside_production(folder / "ledger"))
+    run = stack.trigger(SAFETAB, {"output": str(output), **UNVALIDATED},
+                        outside_production(folder / "ledger"))  # fmt: skip
     config = stack.root / "phsafe" / "pr"
     das_output = folder / "das-run"
     das_state = folder / "das-run-state"  # its run folders (DAS_STATE_DIR)
     das_run = subprocess.Popen(
         [str(VENV_BIN / "das"), "run", "phsafe", "--config", str(config / "config.json"),
          "--data", str(config / "input"), "--output", str(das_output), "--seed", "5",
+         "--skip-validation",  # (UNVALIDATED)
          "--ledger", str(folder / "das-run-ledger")],  # its own: the spend it holds stays there
         cwd=stack.base, env={**stack.env, "DAS_STATE_DIR": str(das_state)},
         stdout=(folder / "das-run.log").open("ab"),
@@ -246,7 +255,7 @@ def test_killed_run_retried_from_the_ui_resumes_without_redraw(
 ) -> None:
     stack = prefect_stack
     killed_out, clean_out = stack.base / "killed" / "output", stack.base / "clean" / "output"
-    seeded = {"seed": 11}
+    seeded = {"seed": 11, **UNVALIDATED}
     killed_env = outside_production(stack.base / "killed" / "ledger")
     run = stack.trigger(SAFETAB, {"output": str(killed_out), **seeded}, killed_env)
     process = flow_process(stack, run)
