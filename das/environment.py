@@ -222,7 +222,14 @@ VARIABLES: tuple[Variable, ...] = (
     Variable(
         "DAS_TEST_WORKERS",
         "2",
-        "pytest-xdist workers of each tier in `.ci/test`.",
+        "pytest-xdist workers of the fast tier in `.ci/test` (the machine's cores).",
+        ("tests",),
+    ),
+    Variable(
+        "DAS_INTEGRATION_WORKERS",
+        "DAS_TEST_WORKERS + 1",
+        "pytest-xdist workers of the integration tier in `.ci/test`: one more than the cores, "
+        "since its tests wait on servers and processes much of the time.",
         ("tests",),
     ),
     Variable(
