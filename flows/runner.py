@@ -80,7 +80,7 @@ def local_workers(default: int = 2) -> int:
     value = os.environ.get(DASK_WORKERS_ENV, "").strip()
     if not value:
         return default
-    if not value.isdigit() or int(value) < 1:
+    if not (value.isascii() and value.isdigit()) or int(value) < 1:
         raise ValueError(
             f"{DASK_WORKERS_ENV}={value!r}: expected the number of worker processes of a run's "
             "own Dask cluster, a whole number of at least 1"

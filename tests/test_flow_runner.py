@@ -95,7 +95,7 @@ def test_a_runs_own_cluster_has_the_workers_the_operator_asks_for(
     monkeypatch.setenv("DAS_DASK_WORKERS", "5")
     kwargs = task_runner_from_env().cluster_kwargs
     assert kwargs["n_workers"] == 5 and kwargs["threads_per_worker"] == 1
-    for wrong in ("0", "-1", "two", "1.5"):
+    for wrong in ("0", "-1", "two", "1.5", "²"):
         monkeypatch.setenv("DAS_DASK_WORKERS", wrong)
         with pytest.raises(ValueError, match="DAS_DASK_WORKERS"):
             task_runner_from_env()

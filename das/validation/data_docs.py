@@ -1,11 +1,11 @@
 """GX's Data Docs page views, with their Jinja templates compiled once per process.
 
 GX builds a new Jinja environment for every view it makes, and makes new views at every Data
-Docs build: each build compiled the same templates again, about a third of a warm validation's
-time. These views are GX's own (named by the site's configuration in
+Docs build: each build compiled the same templates again (measured: 0.4 of the 2.5 CPU-s of a
+warm validation of 2,000 persons). These views are GX's own (named by the site's configuration in
 :mod:`das.validation.gx_runner`, GX's documented way to choose a section's view) with one
 process-wide in-memory bytecode cache: Jinja checks each template's source against the cached
-checksum, so the pages are the same bytes, compiled once.
+checksum, so the pages are the ones GX renders without it, compiled once.
 """
 
 from __future__ import annotations
