@@ -1,0 +1,131 @@
+"""The CI scripts themselves (issue 25): CI runs again and again on the same disk, so each script
+removes its temporary folder however it ends, the processes it starts keep their temporary files
+inside that folder (TMPDIR), and ``.ci/test`` refuses to start on a disk without room for them.
+(One CI run failed after 15 minutes with "No space left on device": 22 earlier runs of
+``.ci/e2e-wheel`` had left 3 GB each in /tmp.)
+
+Each script runs from a copy of ``.ci`` beside a stand-in ``.venv/bin/python`` that fails the
+way a crashed or failing pytest does, after leaving a file in TMPDIR as a killed process would.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import shutil
+import signal
+import subprocess
+from pathlib import Path
+
+import pytest
+
+REPO = Path(__file__).resolve().parents[1]
+
+pytestmark = pytest.mark.integration  # runs the scripts with bash
+
+# The stand-in interpreter: logs how it was called and with which TMPDIR; as pytest it leaves a
+# file behind in TMPDIR and fails.
+FAKE_PYTHON = """#!/bin/sh
+echo "TMPDIR=$TMPDIR $*" >> "$DAS_FAKE_CALLS"
+case "$*" in
+  *"-m pytest"*)
+    mkdir -p "$TMPDIR/left-by-a-killed-process" && : > "$TMPDIR/left-by-a-killed-process/f"
+    exit 1 ;;
+esac
+exit 0
+"""
+
+
+def _checkout(tmp_path: Path) -> Path:
+    """A folder with this repository's .ci scripts and the stand-in .venv/bin/python."""
+    root = tmp_path / "checkout"
+    shutil.copytree(REPO / ".ci", root / ".ci")
+    python = root / ".venv" / "bin" / "python"
+    python.parent.mkdir(parents=True)
+    python.write_text(FAKE_PYTHON)
+    python.chmod(0o755)
+    return root
+
+
+def _script(root: Path, name: str, tmp: Path, calls: Path) -> subprocess.CompletedProcess[str]:
+    env = {**os.environ, "TMPDIR": str(tmp), "DAS_FAKE_CALLS": str(calls)}
+    return subprocess.run(["bash", str(root / ".ci" / name)], env=env, capture_output=True,
+                          text=True, timeout=120, check=False)  # fmt: skip
+
+
+def _prerequisites_of(name: str) -> None:
+    """.ci/e2e-prefect installs chromium and postgresql when they are missing (as root): not
+    from a test. (.ci/run installs both before the tests in CI.)"""
+    missing = not Path("/usr/bin/chromium").exists() or not list(
+        Path("/usr/lib/postgresql").glob("*/bin/initdb")
+    )
+    if name == "e2e-prefect" and missing:
+        pytest.skip("Debian's chromium or postgresql is missing (.ci/run installs them)")
+
+
+@pytest.mark.parametrize("name", ["test", "e2e-prefect", "e2e-wheel"])
+def test_a_failing_script_leaves_nothing_in_the_temporary_folder(tmp_path: Path, name: str) -> None:
+    _prerequisites_of(name)
+    root, tmp, calls = _checkout(tmp_path), tmp_path / "tmp", tmp_path / "calls"
+    tmp.mkdir()
+    done = _script(root, name, tmp, calls)
+    assert done.returncode == 1, done.stdout + done.stderr
+    pytest_calls = [line for line in calls.read_text().splitlines() if "-m pytest" in line]
+    assert pytest_calls, calls.read_text()
+    # pytest ran with TMPDIR inside the script's own folder, and that folder is gone.
+    for line in pytest_calls:
+        inner = Path(line.split()[0].removeprefix("TMPDIR="))
+        assert inner.parent.parent == tmp and not inner.parent.exists(), line
+    assert list(tmp.iterdir()) == []
+
+
+@pytest.mark.parametrize("name", ["test", "e2e-wheel"])
+def test_an_interrupted_script_leaves_nothing_in_the_temporary_folder(
+    tmp_path: Path, name: str
+) -> None:
+    """Stopped while its pytest runs, as a cancelled CI job or ^C stops it: a signal to its
+    whole process group."""
+    root, tmp, calls = _checkout(tmp_path), tmp_path / "tmp", tmp_path / "calls"
+    tmp.mkdir()
+    python = root / ".venv" / "bin" / "python"
+    python.write_text(
+        FAKE_PYTHON.replace("exit 1 ;;", ': > "$DAS_FAKE_CALLS.started"; sleep 60 ;;')
+    )
+    env = {**os.environ, "TMPDIR": str(tmp), "DAS_FAKE_CALLS": str(calls)}
+    script = subprocess.Popen(["bash", str(root / ".ci" / name)], env=env, start_new_session=True,
+                              stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)  # fmt: skip
+    started = Path(f"{calls}.started")
+    try:
+        for _ in range(600):
+            if started.exists():
+                break
+            assert script.poll() is None, "the script ended before its pytest started"
+            subprocess.run(["sleep", "0.1"], check=True)
+        assert started.exists()
+        os.killpg(script.pid, signal.SIGTERM)
+        assert script.wait(timeout=30) != 0
+    finally:
+        with contextlib.suppress(ProcessLookupError):
+            os.killpg(script.pid, signal.SIGKILL)
+    assert list(tmp.iterdir()) == []
+
+
+def test_ci_test_stops_at_once_when_the_disk_has_no_room_for_the_tests(tmp_path: Path) -> None:
+    if shutil.which("unshare") is None or os.geteuid() != 0:
+        pytest.skip("no mount namespaces here (unshare -m): cannot give the script a small disk")
+    if subprocess.run(["unshare", "-m", "true"], capture_output=True, check=False).returncode:
+        pytest.skip("no mount namespaces here (unshare -m): cannot give the script a small disk")
+    root, small, calls = _checkout(tmp_path), tmp_path / "small", tmp_path / "calls"
+    small.mkdir()
+    # TMPDIR on a 64 MiB tmpfs, in the command's own mount namespace.
+    command = 'mount -t tmpfs -o size=64m none "$0" && exec bash "$1"'
+    env = {**os.environ, "TMPDIR": str(small), "DAS_FAKE_CALLS": str(calls)}
+    done = subprocess.run(
+        ["unshare", "-m", "--propagation", "private", "sh", "-c", command, str(small),
+         str(root / ".ci" / "test")],
+        env=env, capture_output=True, text=True, timeout=60, check=False,
+    )  # fmt: skip
+    assert done.returncode == 1, done.stdout + done.stderr
+    assert "MB free in" in done.stderr and "need about 5 GB" in done.stderr, done.stderr
+    assert "set TMPDIR" in done.stderr
+    assert not calls.exists()  # nothing ran: not even the bytecode compilation
