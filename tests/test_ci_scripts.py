@@ -26,7 +26,7 @@ pytestmark = pytest.mark.integration  # runs the scripts with bash
 # The stand-in interpreter: logs how it was called and with which TMPDIR; as pytest it leaves a
 # file behind in TMPDIR and fails.
 FAKE_PYTHON = """#!/bin/sh
-echo "TMPDIR=$TMPDIR $*" >> "$DAS_FAKE_CALLS"
+echo "TMPDIR=$TMPDIR $*" >> "$FAKE_PYTHON_CALLS"
 case "$*" in
   *"-m pytest"*)
     mkdir -p "$TMPDIR/left-by-a-killed-process" && : > "$TMPDIR/left-by-a-killed-process/f"
@@ -48,7 +48,7 @@ def _checkout(tmp_path: Path) -> Path:
 
 
 def _script(root: Path, name: str, tmp: Path, calls: Path) -> subprocess.CompletedProcess[str]:
-    env = {**os.environ, "TMPDIR": str(tmp), "DAS_FAKE_CALLS": str(calls)}
+    env = {**os.environ, "TMPDIR": str(tmp), "FAKE_PYTHON_CALLS": str(calls)}
     return subprocess.run(["bash", str(root / ".ci" / name)], env=env, capture_output=True,
                           text=True, timeout=120, check=False)  # fmt: skip
 
@@ -89,9 +89,9 @@ def test_an_interrupted_script_leaves_nothing_in_the_temporary_folder(
     tmp.mkdir()
     python = root / ".venv" / "bin" / "python"
     python.write_text(
-        FAKE_PYTHON.replace("exit 1 ;;", ': > "$DAS_FAKE_CALLS.started"; sleep 60 ;;')
+        FAKE_PYTHON.replace("exit 1 ;;", ': > "$FAKE_PYTHON_CALLS.started"; sleep 60 ;;')
     )
-    env = {**os.environ, "TMPDIR": str(tmp), "DAS_FAKE_CALLS": str(calls)}
+    env = {**os.environ, "TMPDIR": str(tmp), "FAKE_PYTHON_CALLS": str(calls)}
     script = subprocess.Popen(["bash", str(root / ".ci" / name)], env=env, start_new_session=True,
                               stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)  # fmt: skip
     started = Path(f"{calls}.started")
@@ -119,7 +119,7 @@ def test_ci_test_stops_at_once_when_the_disk_has_no_room_for_the_tests(tmp_path:
     small.mkdir()
     # TMPDIR on a 64 MiB tmpfs, in the command's own mount namespace.
     command = 'mount -t tmpfs -o size=64m none "$0" && exec bash "$1"'
-    env = {**os.environ, "TMPDIR": str(small), "DAS_FAKE_CALLS": str(calls)}
+    env = {**os.environ, "TMPDIR": str(small), "FAKE_PYTHON_CALLS": str(calls)}
     done = subprocess.run(
         ["unshare", "-m", "--propagation", "private", "sh", "-c", command, str(small),
          str(root / ".ci" / "test")],
