@@ -129,3 +129,11 @@ def test_ci_test_stops_at_once_when_the_disk_has_no_room_for_the_tests(tmp_path:
     assert "MB free in" in done.stderr and "need about 5 GB" in done.stderr, done.stderr
     assert "set TMPDIR" in done.stderr
     assert not calls.exists()  # nothing ran: not even the bytecode compilation
+
+
+def test_ci_test_stops_at_once_when_tmpdir_is_not_a_folder(tmp_path: Path) -> None:
+    root, calls = _checkout(tmp_path), tmp_path / "calls"
+    done = _script(root, "test", tmp_path / "missing", calls)
+    assert done.returncode == 1, done.stdout + done.stderr
+    assert "cannot tell the free space of" in done.stderr and "missing" in done.stderr
+    assert not calls.exists()
