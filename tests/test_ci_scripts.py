@@ -103,7 +103,7 @@ def test_an_interrupted_script_leaves_nothing_in_the_temporary_folder(
             subprocess.run(["sleep", "0.1"], check=True)
         assert started.exists()
         os.killpg(script.pid, signal.SIGTERM)
-        assert script.wait(timeout=30) != 0
+        assert script.wait(timeout=30) == 128 + signal.SIGTERM
     finally:
         with contextlib.suppress(ProcessLookupError):
             os.killpg(script.pid, signal.SIGKILL)
