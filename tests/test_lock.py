@@ -161,3 +161,14 @@ def test_the_lock_is_closed(lock: dict[str, tuple[Version, list[str]]]) -> None:
     unreached = sorted(set(lock) - reached)
     assert not problems, "\n".join(problems) + "\n(regenerate: bash .ci/lock)"
     assert not unreached, f"in the lock but required by nothing: {unreached}"
+
+
+def test_the_installers_lock_is_its_lines_of_the_lock(
+    lock: dict[str, tuple[Version, list[str]]],
+) -> None:
+    """pip installs uv from requirements-uv.lock before uv installs the rest (the README's
+    commands): the same pin and the same hashes as requirements.lock, nothing else."""
+    installer = parse_lock((REPO / "requirements-uv.lock").read_text(encoding="utf-8"))
+    assert list(installer) == ["uv"]
+    assert installer["uv"] == lock["uv"]
+    assert len(installer["uv"][1]) > 1  # every platform's wheel, not only this machine's

@@ -27,8 +27,10 @@ TIMEOUT = 1800
 # fetching anything (its build backend is in the lock).
 LOCKED_INSTALL = (
     "python3 -m venv .venv && "
-    ".venv/bin/pip install -q --no-deps --require-hashes -r requirements.lock && "
-    ".venv/bin/pip install -q --no-deps --no-build-isolation -e . && "
+    ".venv/bin/pip install -q --no-deps --require-hashes -r requirements-uv.lock && "
+    ".venv/bin/uv pip install -q --python .venv/bin/python --no-deps --require-hashes "
+    "--compile-bytecode -r requirements.lock && "
+    ".venv/bin/uv pip install -q --python .venv/bin/python --no-deps --no-build-isolation -e . && "
 )
 
 
