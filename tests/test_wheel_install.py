@@ -5,9 +5,10 @@ project's wheel, installed with no index and no network.
 
 Slow (a minute or two): marked ``e2e``, run by ``.ci/e2e-wheel`` (from ``.ci/test``, the
 README's test command). Builds the wheel of this working tree (from a copy of it: nothing is
-written into the checkout), downloads the lock's files into a wheelhouse (pip's cache: the
-README's install filled it), installs them and the wheel into one fresh virtualenv with
-``--no-index``, pip's configuration ignored and any network access sent to a closed port,
+written into the checkout), downloads the lock's files into a wheelhouse (PyPI, or pip's
+cache), installs them and the wheel into one fresh virtualenv as install-offline.md does (pip
+installs uv, uv the rest, ``--offline --no-index``, a new uv cache), pip's configuration
+ignored and any network access sent to a closed port,
 checks that the environment is exactly the lock, then runs `das --help`, `das synth`, `das
 validate` (relative paths) and `das budget report` from directories that are not the checkout,
 without network. (The production install is the lock's; an install of the wheel by
@@ -156,23 +157,30 @@ def offline(wheel: Path, tmp_path_factory: pytest.TempPathFactory) -> Path:
     )  # fmt: skip
     shutil.copy2(wheel, wheelhouse)
     assert len(list(wheelhouse.glob("*.whl"))) == len(locked_versions()) + 1
-    # Inside: no index, no network, nothing but the wheelhouse.
+    # Inside: no index, no network, nothing but the wheelhouse (install-offline.md): pip
+    # installs the installer, uv, which installs the lock, then the wheel. uv's cache is a new
+    # folder, as on a machine that never had one.
     venv = root / "venv"
     _run([sys.executable, "-m", "venv", str(venv)], cwd=root)
-    pip = [str(venv / "bin" / "python"), "-m", "pip"]
+    python = str(venv / "bin" / "python")
+    offline = OFFLINE_ENV | {"UV_CACHE_DIR": str(root / "uv-cache")}
     _run(
-        [*pip, "install", "-q", "--no-cache-dir", "--no-index", "--find-links", str(wheelhouse),
-         "--only-binary", ":all:", "--no-deps", "--require-hashes", "-r", str(LOCK)],
+        [python, "-m", "pip", "install", "-q", "--no-cache-dir", "--no-index", "--find-links",
+         str(wheelhouse), "--only-binary", ":all:", "--no-deps", "--require-hashes", "-r",
+         str(LOCK.with_name("requirements-uv.lock"))],
+        cwd=root,
+        env=offline,
+    )  # fmt: skip
+    uv = [str(venv / "bin" / "uv"), "pip", "install", "-q", "--python", python, "--offline",
+          "--no-index", "--no-deps"]  # fmt: skip
+    _run(
+        [*uv, "--find-links", str(wheelhouse), "--require-hashes", "--compile-bytecode", "-r",
+         str(LOCK)],
         cwd=root,
         timeout=INSTALL_TIMEOUT,
-        env=OFFLINE_ENV,
+        env=offline,
     )  # fmt: skip
-    _run(
-        [*pip, "install", "-q", "--no-cache-dir", "--no-index", "--no-deps",
-         str(wheelhouse / wheel.name)],
-        cwd=root,
-        env=OFFLINE_ENV,
-    )  # fmt: skip
+    _run([*uv, str(wheelhouse / wheel.name)], cwd=root, env=offline)
     return venv
 
 
