@@ -85,7 +85,7 @@ def test_the_fixture_fails_unless_a_skip_is_allowed(
     env.update(DAS_PG_BINDIR=str(tmp_path), DAS_TEST_POSTGRES_SKIP=allow_skip)
     tests = Path(__file__).parent
     options = ["-q", "-p", "no:cacheprovider", "-c", str(tests.parent / "pyproject.toml"),
-               "--rootdir", str(tests), "-p", "conftest"]  # fmt: skip
+               "--rootdir", str(tests), "--noconftest", "-p", "pg_cluster"]  # fmt: skip
     done = subprocess.run([sys.executable, "-m", "pytest", *options, str(test)], cwd=tests,
                           env=env, capture_output=True, text=True, timeout=300)  # fmt: skip
     assert outcome in done.stdout, done.stdout[-2000:]
