@@ -280,6 +280,11 @@ def test_a_piped_das_run_says_what_it_starts_and_prints_each_line_once(tmp_path:
     base = {k: v for k, v in os.environ.items() if not k.startswith(("PREFECT_", "DAS_"))}
     env = {**base, "DAS_TASK_RUNNER": "threads", "PREFECT_HOME": str(tmp_path / "prefect"),
            "DAS_STATE_DIR": str(tmp_path / "state")}  # fmt: skip
+    # Time for the temporary API on a loaded machine (CI runs the e2e servers alongside): in
+    # one CI run it had not answered 125 s after it started, and the run stopped as it should
+    # when the API is too busy (exit 3), which is not what this test is about.
+    env |= {"PREFECT_SERVER_EPHEMERAL_STARTUP_TIMEOUT_SECONDS": "600",
+            "PREFECT_API_REQUEST_TIMEOUT": "600"}  # fmt: skip
     argv = [sys.executable, "-m", "das", "run", "safetab-p", "--config",
             str(data / "config.json"), "--data", str(data), "--output", str(out), "--seed",
             "1", "--ledger", str(tmp_path / "ledger"), "--run-id", "piped"]  # fmt: skip
