@@ -5,6 +5,7 @@ or hostile operator would. Every test runs on each store (:func:`ledger_store`).
 from __future__ import annotations
 
 import multiprocessing
+import os
 import re
 from fractions import Fraction
 from pathlib import Path
@@ -530,10 +531,16 @@ def test_a_ledger_cut_back_to_before_a_release_is_refused_by_the_releases_anchor
 # --- concurrency ------------------------------------------------------------------------------
 
 
-def _racers() -> multiprocessing.context.BaseContext:
+def _racers(monkeypatch: pytest.MonkeyPatch) -> multiprocessing.context.BaseContext:
     """Processes to race each other: forked from a server that imported this module once (a
     spawned child imports it again, 1.2 CPU-s each, 28 of them in this module); every racer
-    is still its own process, with its own database connections, made after the fork."""
+    is still its own process, with its own database connections, made after the fork. The
+    server starts with the interpreter's own ``sys.path``, hence this folder on PYTHONPATH
+    (else the preload fails silently and each racer imports the module after all)."""
+    here = str(Path(__file__).parent)
+    monkeypatch.setenv(
+        "PYTHONPATH", os.pathsep.join(filter(None, [here, os.environ.get("PYTHONPATH")]))
+    )
     context = multiprocessing.get_context("forkserver")
     context.set_forkserver_preload([__name__])
     return context
@@ -550,11 +557,11 @@ def _open_in_process(environ: dict[str, str], start, results) -> None:
 
 @pytest.mark.integration  # processes racing to create one ledger
 def test_runs_that_find_no_ledger_at_once_create_one_ledger_together(
-    store: LedgerStore, tmp_path: Path
+    store: LedgerStore, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     """Outside production the first run creates the ledger: four at the same instant make one
     ledger, all four use it, none meets a half-made one (it appears whole or not at all)."""
-    context = _racers()
+    context = _racers(monkeypatch)
     for attempt in range(3):
         if store.path is None:
             _sql(store, "DROP TABLE IF EXISTS das_ledger_entries, das_ledger_key")
@@ -596,10 +603,10 @@ def _authorize_in_process(url: str, run_id: str, key: str, start, results) -> No
 
 @pytest.mark.integration  # two processes racing for one approval
 def test_two_processes_authorizing_at_once_use_one_approval_once(
-    store: LedgerStore, ledger: PrivacyLedger
+    store: LedgerStore, ledger: PrivacyLedger, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     approve(ledger, ledger.dataset_id("f" * 64))
-    context = _racers()
+    context = _racers(monkeypatch)
     start, results = context.Barrier(2), context.Queue()
     workers = [
         context.Process(
