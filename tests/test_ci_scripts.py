@@ -15,6 +15,7 @@ import os
 import shutil
 import signal
 import subprocess
+import time
 from pathlib import Path
 
 import pytest
@@ -72,10 +73,13 @@ def test_a_failing_script_leaves_nothing_in_the_temporary_folder(tmp_path: Path,
     assert done.returncode == 1, done.stdout + done.stderr
     pytest_calls = [line for line in calls.read_text().splitlines() if "-m pytest" in line]
     assert pytest_calls, calls.read_text()
-    # pytest ran with TMPDIR inside the script's own folder, and that folder is gone.
-    for line in pytest_calls:
-        inner = Path(line.split()[0].removeprefix("TMPDIR="))
-        assert inner.parent.parent == tmp and not inner.parent.exists(), line
+    # pytest ran with TMPDIR inside the script's own folder (.ci/test's e2e scripts, started
+    # with its fast tier, inside theirs within it), and that folder is gone.
+    inners = [Path(line.split()[0].removeprefix("TMPDIR=")) for line in pytest_calls]
+    assert any(inner.parent.parent == tmp for inner in inners), pytest_calls
+    for inner in inners:
+        assert inner.is_relative_to(tmp), inner
+        assert not (tmp / inner.relative_to(tmp).parts[0]).exists(), inner
     assert list(tmp.iterdir()) == []
 
 
@@ -137,3 +141,35 @@ def test_ci_test_stops_at_once_when_tmpdir_is_not_a_folder(tmp_path: Path) -> No
     assert done.returncode == 1, done.stdout + done.stderr
     assert "cannot tell the free space of" in done.stderr and "missing" in done.stderr
     assert not calls.exists()
+
+
+def test_a_failing_fast_tier_stops_the_e2e_scripts_and_all_they_started(tmp_path: Path) -> None:
+    """The e2e scripts start with the fast tier: its failure stops them at once (their pytest,
+    here a stand-in that would sleep two minutes, included), not after they end."""
+    _prerequisites_of("e2e-prefect")
+    root, tmp, calls = _checkout(tmp_path), tmp_path / "tmp", tmp_path / "calls"
+    tmp.mkdir()
+    e2e = tmp_path / "e2e-pids"
+    e2e.mkdir()
+    python = root / ".venv" / "bin" / "python"
+    python.write_text(
+        FAKE_PYTHON.replace(
+            '  *"-m pytest"*)',
+            f'  *"-m e2e"*)\n    : > "{e2e}/$$"; sleep 120; exit 0 ;;\n'
+            # the fast tier fails once both e2e stand-ins run (at most 60 s later)
+            f'  *"not integration"*)\n    for i in $(seq 600); do [ "$(ls "{e2e}" | wc -l)" -ge 2 ]'
+            " && break; sleep 0.1; done; exit 1 ;;\n"
+            '  *"-m pytest"*)',
+        )
+    )
+    began = time.monotonic()
+    done = _script(root, "test", tmp, calls)
+    assert done.returncode == 1, done.stdout + done.stderr
+    assert time.monotonic() - began < 90  # the stand-ins' sleep was not waited for
+    started = [int(path.name) for path in e2e.iterdir()]
+    assert len(started) == 2, started
+    for pid in started:  # gone (or a zombie no one has reaped yet)
+        stat = Path(f"/proc/{pid}/stat")
+        assert not stat.exists() or stat.read_text().split(") ")[1].startswith("Z"), pid
+    assert "integration tier" not in done.stdout
+    assert list(tmp.iterdir()) == []
