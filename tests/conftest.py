@@ -33,6 +33,7 @@ import contextlib
 import multiprocessing.util
 import os
 import shutil
+import signal
 import subprocess
 import tempfile
 import traceback
@@ -51,6 +52,18 @@ atexit.register(shutil.rmtree, PREFECT_HOME, ignore_errors=True)  # one per pyte
 # pg_cluster: the session fixture postgres_cluster (a private PostgreSQL; fails when it cannot
 # start, unless DAS_TEST_POSTGRES_SKIP=1).
 pytest_plugins = ("prefect_fixtures", "prefect_stack", "pg_cluster")  # prefect_stack: issue 11 e2e
+
+
+def _interrupted(signum: int, _frame: object) -> None:
+    raise KeyboardInterrupt(f"signal {signum}")
+
+
+# A pytest stopped with SIGTERM (.ci/test stops the e2e scripts so when the fast tier fails, as
+# a cancelled CI job is stopped) tears down what its fixtures started, as at ^C: the Prefect
+# server (a process group of its own), the PostgreSQL cluster and its folder in /tmp. Killed
+# outright, it left both. (Not SIGINT: a job started with & may have it ignored, for good.)
+if signal.getsignal(signal.SIGTERM) == signal.SIG_DFL:
+    signal.signal(signal.SIGTERM, _interrupted)
 
 REPO = Path(__file__).resolve().parents[1]
 SHARED = REPO.parent / "shared"
