@@ -27,7 +27,6 @@ from prefect.client.schemas.filters import (  # noqa: E402
     LogFilterFlowRunId,
 )
 from prefect.client.schemas.sorting import ArtifactSort  # noqa: E402
-from prefect.testing.utilities import prefect_test_harness  # noqa: E402
 
 # The harness starts a server process that imports Prefect's server and migrates a new
 # database: about 20 s on an idle 2-core machine, several minutes when the integration tier's
@@ -49,6 +48,10 @@ UNUSED_SERVICES = {
 @pytest.fixture(scope="session")
 def prefect_server():
     """A temporary Prefect API and database for the whole session (one per xdist worker)."""
+    # Imported here: it imports Prefect's server (1.7 CPU-s), which a pytest process that runs
+    # no flow test (the fast tier's workers, the e2e scripts') has no use for.
+    from prefect.testing.utilities import prefect_test_harness
+
     with contextlib.ExitStack() as harness:
         with pytest.MonkeyPatch.context() as patch:  # for the server process it starts only
             for name, value in UNUSED_SERVICES.items():
