@@ -6,7 +6,8 @@ Tiers (issue 25), run in this order by ``.ci/test`` (the README's test command):
 - **fast**: the pure engine. No server, no subprocess, no database server (a SQLite file is
   in-process and allowed), no browser. Unmarked tests are fast; ``pytest -m "not integration
   and not e2e"`` runs this tier alone. A fast test that starts a process (``subprocess``,
-  ``multiprocessing``, ``os.fork``; ``git`` aside, which ``das.runs.audit.code_version`` asks)
+  ``multiprocessing``, ``os.fork``; ``git`` aside, which ``das.runs.audit.code_version`` asks,
+  and ``file``, which ``platform.architecture()`` asks when Prefect's server is imported)
   FAILS and says to mark it: the rule holds by itself, not by review.
 - **integration** (``-m integration``): marked here, from what a test uses --
   * the fixture ``prefect_server`` (the session's Prefect test harness: every flow test) or
@@ -211,6 +212,12 @@ def _refuse(what: str) -> None:
     )
 
 
+# Commands a fast test may start, because the code under test asks them something: `git`
+# (das.runs.audit.code_version) and `file` (platform.architecture(), which Prefect's vendored
+# croniter calls when Prefect's server is imported: tests/test_stack.py).
+QUERIED_COMMANDS = {"git", "file"}
+
+
 @pytest.fixture(autouse=True)
 def fast_tier_starts_no_process(request: pytest.FixtureRequest, monkeypatch) -> None:
     """The fast tier's rule, enforced: no subprocess, multiprocessing child or fork."""
@@ -220,7 +227,7 @@ def fast_tier_starts_no_process(request: pytest.FixtureRequest, monkeypatch) -> 
 
     def guarded(self, args, *rest, **kwargs):
         argv = [args] if isinstance(args, (str, bytes, os.PathLike)) else list(args)
-        if Path(str(argv[0])).name != "git":
+        if Path(str(argv[0])).name not in QUERIED_COMMANDS:
             _refuse(f"the process {argv[:3]}")
         return execute_child(self, args, *rest, **kwargs)
 
