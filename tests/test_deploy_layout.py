@@ -162,10 +162,15 @@ def prefect_calls(monkeypatch: pytest.MonkeyPatch) -> list[tuple[str, ...]]:
         calls.append(args)
         return subprocess.CompletedProcess(args, 0, "", "")
 
+    def set_variables(values: dict[str, str | None]) -> dict[str, bool]:
+        calls.extend(("variable", "set", name, value) for name, value in values.items() if value)
+        return dict.fromkeys(values, True)
+
     from flows.crash_detection import Ensured
 
     monkeypatch.setattr(deploy, "prefect", prefect)
     monkeypatch.setattr(deploy, "prefect_captured", prefect_captured)
+    monkeypatch.setattr(deploy, "set_variables", set_variables)
     monkeypatch.setattr(deploy, "watch_for_crashes", lambda settings: Ensured("created", "", 90))
     monkeypatch.setattr(deploy, "registered_deployments",
                         lambda names: [(f"flow/{name}", False) for name in names])  # fmt: skip
@@ -208,7 +213,7 @@ def test_a_complete_root_registers_the_products_chosen(
     assert names == ["safetab-p-us-pr", "validate-safetab-p", "swap-households", "privacy-audit"]
     assert "--all" not in register
     assert "not these (--products): phsafe-us, validate-phsafe-us" in capsys.readouterr().out
-    assert ("variable", "set", "das_root", f'"{tmp_path}"', "--overwrite") in prefect_calls
+    assert ("variable", "set", "das_root", str(tmp_path)) in prefect_calls
 
 
 def test_all_products_register_with_all(tmp_path: Path, prefect_calls: list) -> None:
@@ -222,6 +227,29 @@ def test_an_unknown_product_is_a_usage_error(capsys: pytest.CaptureFixture) -> N
         das(["deploy", "--products", "safetab-p,phsafe"])
     assert exit_info.value.code == 2
     assert "unknown product phsafe" in capsys.readouterr().err
+
+
+@pytest.mark.usefixtures("prefect_server")
+def test_set_variables_creates_overwrites_and_says_which_are_set() -> None:
+    """On the session's Prefect server: a variable is created, then overwritten, its value the
+    text given (a path with brackets, an empty string: no ledger folder); one given no value is
+    left as it is and reported unset until something sets it."""
+    from prefect.client.orchestration import get_client
+
+    path = "/secure/[bold]root 2"
+    first = {"das_test_root": "/old", "das_test_dir": "", "das_test_unset": None}
+    assert deploy.set_variables(first) == {
+        "das_test_root": True, "das_test_dir": True, "das_test_unset": False,
+    }  # fmt: skip
+    assert deploy.set_variables({"das_test_root": path, "das_test_unset": None}) == {
+        "das_test_root": True, "das_test_unset": False,
+    }  # fmt: skip
+    with get_client(sync_client=True) as client:
+        assert client.read_variable_by_name("das_test_root").value == path
+        assert client.read_variable_by_name("das_test_dir").value == ""
+        assert client.read_variable_by_name("das_test_unset") is None
+        for name in ("das_test_root", "das_test_dir"):
+            client.delete_variable_by_name(name)
 
 
 def test_server_variable_reads_the_rest_api(monkeypatch: pytest.MonkeyPatch) -> None:

@@ -157,10 +157,6 @@ def prefect(*args: str, cwd: Path | None = None, quiet: bool = False) -> int:
     return subprocess.run(command, cwd=cwd, stdout=output, stderr=output, check=False).returncode
 
 
-def variable_exists(name: str) -> bool:
-    return prefect("variable", "get", name, quiet=True) == 0
-
-
 def server_variable(name: str, timeout: float = 15) -> str | None:
     """The string value of Prefect variable ``name`` on the server, None when it is not set.
 
@@ -207,9 +203,22 @@ def check_root(root: Path, products: Sequence[Product]) -> int | None:
     return EXIT_USAGE
 
 
-def set_variable(name: str, value: str) -> int:
-    # A JSON string, so that a path is never read as a number or a list.
-    return prefect("variable", "set", name, json.dumps(value), "--overwrite", quiet=True)
+def set_variables(values: dict[str, str | None]) -> dict[str, bool]:
+    """Set each variable of ``values`` that has a value (a string, so that a path is never read
+    as a number or a list); whether each is set on the server now. Through one API client, not
+    a ``prefect variable set`` process each (1.7 CPU-s and 4 s apiece on 2 cores)."""
+    from prefect.client.orchestration import get_client
+    from prefect.client.schemas.actions import VariableCreate, VariableUpdate
+
+    with get_client(sync_client=True) as client:
+        for name, value in values.items():
+            if value is None:
+                continue
+            if client.read_variable_by_name(name) is None:
+                client.create_variable(VariableCreate(name=name, value=value))
+            else:
+                client.update_variable(VariableUpdate(name=name, value=value))
+        return {name: client.read_variable_by_name(name) is not None for name in values}
 
 
 def prepare_local_inputs(root: Path) -> None:
@@ -475,12 +484,13 @@ def deploy_command(args: argparse.Namespace) -> int:
         values.update(ledger[1], das_ledger_id=identity)
     else:
         values.update(dict.fromkeys(LEDGER_VARIABLES))
-    for name, value in values.items():
-        if value is not None:
-            if set_variable(name, value) != 0:
-                print(f"das deploy: error: could not set variable {name}", file=sys.stderr)
-                return EXIT_FAILED
-        elif not variable_exists(name):
+    try:
+        is_set = set_variables(values)
+    except Exception as exc:  # the server refused or did not answer: say so, do not trace
+        print(f"das deploy: error: could not set the Prefect variables: {exc}", file=sys.stderr)
+        return EXIT_FAILED
+    for name in values:
+        if not is_set[name]:
             option = (
                 "--ledger DIR or --ledger-url URL"
                 if name in LEDGER_VARIABLES
