@@ -216,6 +216,20 @@ def test_a_complete_root_registers_the_products_chosen(
     assert ("variable", "set", "das_root", str(tmp_path)) in prefect_calls
 
 
+def test_variables_the_server_refuses_stop_the_deploy_in_one_line(
+    tmp_path: Path, prefect_calls: list, monkeypatch: pytest.MonkeyPatch, capsys
+) -> None:
+    def refused(values: dict[str, str | None]) -> dict[str, bool]:
+        raise ConnectionError("[Errno 111] Connection refused")
+
+    monkeypatch.setattr(deploy, "set_variables", refused)
+    assert das(["deploy", "--root", str(complete_root(tmp_path))]) == deploy.EXIT_FAILED
+    assert capsys.readouterr().err.splitlines() == [
+        "das deploy: error: could not set the Prefect variables: [Errno 111] Connection refused"
+    ]
+    assert not [call for call in prefect_calls if call[0] in ("deploy", "work-pool")]
+
+
 def test_all_products_register_with_all(tmp_path: Path, prefect_calls: list) -> None:
     assert das(["deploy", "--root", str(complete_root(tmp_path))]) == deploy.EXIT_OK
     (register,) = [call for call in prefect_calls if call[0] == "deploy"]
