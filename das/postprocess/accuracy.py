@@ -211,9 +211,9 @@ def cell_moe(frame: pd.DataFrame, gaussian: bool = False) -> np.ndarray:
     """
     variance = frame["VARIANCE"].to_numpy().astype(np.float64)
     if gaussian:
-        from scipy.stats import norm  # here: scipy.stats costs every das process 0.5 s
+        from scipy.special import ndtri  # Φ⁻¹, what scipy.stats.norm.ppf computes (0.5 s less)
 
-        return float(norm.ppf(0.5 + CONFIDENCE / 2.0)) * np.sqrt(variance)
+        return float(ndtri(0.5 + CONFIDENCE / 2.0)) * np.sqrt(variance)
     pairs = pd.DataFrame({"label": frame["NOISE_DISTRIBUTION"].to_numpy(), "v": variance})
     codes, unique = pd.MultiIndex.from_frame(pairs).factorize()
     margins = np.array(

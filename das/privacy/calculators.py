@@ -74,9 +74,9 @@ def z_score(confidence: float, decimals: int | None = None) -> float:
     PHExplore used z rounded to 3 decimals (1.645 at 90%): PHSafe Table 10's sixth decimal
     needs it (e.g. (State, A-G) at MOE 68: 0.141622 with 1.645, 0.141596 with 1.6448536…).
     """
-    from scipy.stats import norm  # here: scipy.stats costs every das process 0.5 s
+    from scipy.special import ndtri  # Φ⁻¹, what scipy.stats.norm.ppf computes (0.5 s less)
 
-    z = float(norm.ppf((1.0 + _confidence(confidence)) / 2.0))
+    z = float(ndtri((1.0 + _confidence(confidence)) / 2.0))
     return z if decimals is None else round(z, decimals)
 
 

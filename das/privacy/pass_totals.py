@@ -49,9 +49,9 @@ def measurement_row(measurement: Measurement) -> dict[str, Any]:
         "moe": float(margin_of_error(mechanism.distribution, confidence)),
     }
     if measurement.definition == "zcdp":
-        from scipy.stats import norm  # here: scipy.stats costs every das process 0.5 s
+        from scipy.special import ndtri  # Φ⁻¹, what scipy.stats.norm.ppf computes (0.5 s less)
 
-        z = float(norm.ppf((1 + confidence) / 2))
+        z = float(ndtri((1 + confidence) / 2))
         row["moe_gaussian_bound"] = z * math.sqrt(float(parameter))
     return row
 
