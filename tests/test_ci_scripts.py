@@ -173,3 +173,47 @@ def test_a_failing_fast_tier_stops_the_e2e_scripts_and_all_they_started(tmp_path
         assert not stat.exists() or stat.read_text().split(") ")[1].startswith("Z"), pid
     assert "integration tier" not in done.stdout
     assert list(tmp.iterdir()) == []
+
+
+# A stand-in `python3` for .ci/run: `python3 -m venv DIR` makes a virtualenv whose pip and uv
+# succeed and whose ruff reports a finding (after a second: the README's command is underway).
+FAKE_PYTHON3 = """#!/bin/sh
+if [ "$1" = -m ] && [ "$2" = venv ]; then
+  mkdir -p "$3/bin"
+  printf '#!/bin/sh\\nexit 0\\n' > "$3/bin/pip"
+  printf '#!/bin/sh\\nexit 0\\n' > "$3/bin/uv"
+  printf '#!/bin/sh\\nsleep 1; echo "x.py:1:1: F401 unused import"; exit 1\\n' > "$3/bin/ruff"
+  chmod +x "$3/bin/pip" "$3/bin/uv" "$3/bin/ruff"
+fi
+exit 0
+"""
+
+
+def test_a_lint_finding_stops_the_install_and_tests_started_alongside(tmp_path: Path) -> None:
+    """.ci/run lints while the README's command installs and starts the tests: a ruff finding
+    fails the run at once, with ruff's report, and stops that command with all it started
+    (here a stand-in .ci/test that would run two minutes), leaving nothing in TMPDIR."""
+    _prerequisites_of("e2e-prefect")  # .ci/run would install chromium and postgresql first
+    if shutil.which("eatmydata") is None:
+        pytest.skip("Debian's eatmydata is missing (.ci/run installs it)")
+    root, tmp, bin_dir = _checkout(tmp_path), tmp_path / "tmp", tmp_path / "bin"
+    tmp.mkdir()
+    bin_dir.mkdir()
+    (bin_dir / "python3").write_text(FAKE_PYTHON3)
+    (bin_dir / "python3").chmod(0o755)
+    (root / "requirements.lock").write_text("ruff==0.17.6 \\\n    --hash=sha256:00\n")
+    (root / "requirements-uv.lock").write_text("")
+    started = tmp_path / "tests-started"
+    (root / ".ci" / "test").write_text(f'echo $$ > "{started}"; sleep 120\n')
+    env = {**os.environ, "TMPDIR": str(tmp), "PATH": f"{bin_dir}{os.pathsep}{os.environ['PATH']}"}
+    began = time.monotonic()
+    done = subprocess.run(["bash", str(root / ".ci" / "run")], env=env, capture_output=True,
+                          text=True, timeout=120, check=False)  # fmt: skip
+    assert done.returncode == 1, done.stdout + done.stderr
+    assert time.monotonic() - began < 60  # the stand-in's two minutes were not waited for
+    assert "F401 unused import" in done.stdout
+    assert "ruff check / ruff format --check failed" in done.stderr
+    pid = int(started.read_text())  # the tests had started alongside, and are gone
+    stat = Path(f"/proc/{pid}/stat")
+    assert not stat.exists() or stat.read_text().split(") ")[1].startswith("Z"), pid
+    assert list(tmp.iterdir()) == []
