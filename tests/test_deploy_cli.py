@@ -6,7 +6,7 @@ from pathlib import Path
 
 import pytest
 
-from das.cli import deploy
+from das.cli import deploy, prefect_wrapper
 from das.cli import main as das
 from das.cli.deploy_layout import PRODUCTS, layout_problems
 
@@ -76,7 +76,7 @@ def test_the_summary_prints_only_commands_that_authenticate(tmp_path: Path) -> N
     text = deploy.summary(names, ensured, Liveness(30, 90), tmp_path)
     commands = [line.strip() for line in text.splitlines() if line.startswith("  ") and
                 " prefect " in line]  # fmt: skip
-    das_script = deploy.das_command(tmp_path)
+    das_script = prefect_wrapper.das_command(tmp_path)
     assert commands[0] == f"{das_script} prefect worker start --pool {deploy.WORK_POOL}"
     assert f"{das_script} prefect deployment run safetab-p/safetab-p-us-pr" in commands
     assert all(command.startswith(f"{das_script} prefect ") for command in commands)
@@ -86,5 +86,5 @@ def test_the_summary_prints_only_commands_that_authenticate(tmp_path: Path) -> N
 
 def test_the_command_is_named_from_the_checkout() -> None:
     repo = Path(__file__).resolve().parents[1]
-    script = deploy.das_command(repo)
+    script = prefect_wrapper.das_command(repo)
     assert script == ".venv/bin/das" or Path(script).is_absolute()

@@ -65,6 +65,7 @@ from das.cli.deploy_layout import (
     layout_problems,
     select_products,
 )
+from das.cli.prefect_wrapper import das_command, prefect_command
 from das.heartbeats import Liveness, liveness
 from das.prefect_auth import CLIENT_AUTH, basic_authorization, server_accepts
 
@@ -142,12 +143,6 @@ def products_option(value: str) -> tuple[Product, ...]:
         return select_products(value.split(","))
     except ValueError as exc:
         raise argparse.ArgumentTypeError(str(exc)) from None
-
-
-def prefect_command() -> list[str]:
-    """The ``prefect`` command of this interpreter's environment (the project's virtualenv)."""
-    script = Path(sys.executable).with_name("prefect")
-    return [str(script)] if script.is_file() else [sys.executable, "-m", "prefect"]
 
 
 def prefect(*args: str, cwd: Path | None = None, quiet: bool = False) -> int:
@@ -563,16 +558,6 @@ def registered_deployments(names: Sequence[str]) -> list[tuple[str, bool]]:
     found = {d.name: (f"{flows.get(d.flow_id, '?')}/{d.name}", bool(d.schedules))
              for d in deployments}  # fmt: skip
     return [found[name] for name in names if name in found]
-
-
-def das_command(checkout: Path) -> str:
-    """How the operator calls this ``das``: ``.venv/bin/das`` from the checkout when it is the
-    checkout's virtualenv, else its full path."""
-    script = Path(sys.executable).with_name("das")
-    try:
-        return str(script.relative_to(checkout))
-    except ValueError:
-        return str(script)
 
 
 def summary(

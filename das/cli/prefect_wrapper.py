@@ -63,6 +63,22 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     login.set_defaults(handler=ui_login)
 
 
+def prefect_command() -> list[str]:
+    """The ``prefect`` command of this interpreter's environment (the project's virtualenv)."""
+    script = Path(sys.executable).with_name("prefect")
+    return [str(script)] if script.is_file() else [sys.executable, "-m", "prefect"]
+
+
+def das_command(checkout: Path) -> str:
+    """How the operator calls this ``das``: ``.venv/bin/das`` from the checkout when it is the
+    checkout's virtualenv, else its full path."""
+    script = Path(sys.executable).with_name("das")
+    try:
+        return str(script.relative_to(checkout))
+    except ValueError:
+        return str(script)
+
+
 def subcommand(args: Sequence[str]) -> str | None:
     """The prefect sub-command (``server``, ``worker``...), past its global options."""
     for arg in args:
@@ -74,8 +90,6 @@ def subcommand(args: Sequence[str]) -> str | None:
 def prefect_command_line(args: Sequence[str]) -> int:
     """Exec ``prefect args...`` (``das.cli.main`` has already read ``DAS_PREFECT_AUTH_FILE``).
     Returns only on a usage error."""
-    from das.cli.deploy import das_command, prefect_command
-
     if subcommand(args) == "server":
         try:
             configure_prefect_server()
