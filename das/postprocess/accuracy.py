@@ -37,6 +37,7 @@ import pandas as pd
 from das.phsafe.tables import SHELLS
 from das.postprocess.counts import aggregate_matrix, key_columns, pivot_table
 from das.postprocess.phsafe import AVERAGES, COUNT_TABLES
+from das.privacy.calculators import z_score
 from das.privacy.distributions import (
     DiscreteGaussian,
     NoiseDistribution,
@@ -211,9 +212,7 @@ def cell_moe(frame: pd.DataFrame, gaussian: bool = False) -> np.ndarray:
     """
     variance = frame["VARIANCE"].to_numpy().astype(np.float64)
     if gaussian:
-        from scipy.special import ndtri  # Φ⁻¹, what scipy.stats.norm.ppf computes (0.5 s less)
-
-        return float(ndtri(0.5 + CONFIDENCE / 2.0)) * np.sqrt(variance)
+        return z_score(CONFIDENCE) * np.sqrt(variance)
     pairs = pd.DataFrame({"label": frame["NOISE_DISTRIBUTION"].to_numpy(), "v": variance})
     codes, unique = pd.MultiIndex.from_frame(pairs).factorize()
     margins = np.array(

@@ -74,7 +74,7 @@ def z_score(confidence: float, decimals: int | None = None) -> float:
     PHExplore used z rounded to 3 decimals (1.645 at 90%): PHSafe Table 10's sixth decimal
     needs it (e.g. (State, A-G) at MOE 68: 0.141622 with 1.645, 0.141596 with 1.6448536…).
     """
-    from scipy.special import ndtri  # Φ⁻¹, what scipy.stats.norm.ppf computes (0.5 s less)
+    from scipy.special import ndtri  # Φ⁻¹, as scipy.stats.norm.ppf, without its 0.5 s import
 
     z = float(ndtri((1.0 + _confidence(confidence)) / 2.0))
     return z if decimals is None else round(z, decimals)
