@@ -189,23 +189,35 @@ exit 0
 """
 
 
-def test_a_lint_finding_stops_the_install_and_tests_started_alongside(tmp_path: Path) -> None:
-    """.ci/run lints while the README's command installs and starts the tests: a ruff finding
-    fails the run at once, with ruff's report, and stops that command with all it started
-    (here a stand-in .ci/test that would run two minutes), leaving nothing in TMPDIR."""
+def _ci_run_checkout(tmp_path: Path, python3: str) -> tuple[Path, Path, dict[str, str]]:
+    """A checkout for .ci/run with a stand-in ``python3`` first on the PATH and a stand-in
+    .ci/test that writes its pid to ``tests-started`` and would run two minutes."""
     _prerequisites_of("e2e-prefect")  # .ci/run would install chromium and postgresql first
     if shutil.which("eatmydata") is None:
         pytest.skip("Debian's eatmydata is missing (.ci/run installs it)")
     root, tmp, bin_dir = _checkout(tmp_path), tmp_path / "tmp", tmp_path / "bin"
     tmp.mkdir()
     bin_dir.mkdir()
-    (bin_dir / "python3").write_text(FAKE_PYTHON3)
+    (bin_dir / "python3").write_text(python3)
     (bin_dir / "python3").chmod(0o755)
     (root / "requirements.lock").write_text("ruff==0.17.6 \\\n    --hash=sha256:00\n")
     (root / "requirements-uv.lock").write_text("")
     started = tmp_path / "tests-started"
     (root / ".ci" / "test").write_text(f'echo $$ > "{started}"; sleep 120\n')
     env = {**os.environ, "TMPDIR": str(tmp), "PATH": f"{bin_dir}{os.pathsep}{os.environ['PATH']}"}
+    return root, tmp, env
+
+
+def _gone(pid: int) -> bool:
+    stat = Path(f"/proc/{pid}/stat")
+    return not stat.exists() or stat.read_text().split(") ")[1].startswith("Z")
+
+
+def test_a_lint_finding_stops_the_install_and_tests_started_alongside(tmp_path: Path) -> None:
+    """.ci/run lints while the README's command installs and starts the tests: a ruff finding
+    fails the run at once, with ruff's report, and stops that command with all it started
+    (here a stand-in .ci/test that would run two minutes), leaving nothing in TMPDIR."""
+    root, tmp, env = _ci_run_checkout(tmp_path, FAKE_PYTHON3)
     began = time.monotonic()
     done = subprocess.run(["bash", str(root / ".ci" / "run")], env=env, capture_output=True,
                           text=True, timeout=120, check=False)  # fmt: skip
@@ -213,7 +225,36 @@ def test_a_lint_finding_stops_the_install_and_tests_started_alongside(tmp_path: 
     assert time.monotonic() - began < 60  # the stand-in's two minutes were not waited for
     assert "F401 unused import" in done.stdout
     assert "ruff check / ruff format --check failed" in done.stderr
-    pid = int(started.read_text())  # the tests had started alongside, and are gone
-    stat = Path(f"/proc/{pid}/stat")
-    assert not stat.exists() or stat.read_text().split(") ")[1].startswith("Z"), pid
+    pid = int((tmp_path / "tests-started").read_text())  # the tests had started alongside
+    assert _gone(pid), pid
+    assert list(tmp.iterdir()) == []
+
+
+def test_ci_run_stopped_while_it_lints_leaves_nothing_in_the_temporary_folder(
+    tmp_path: Path,
+) -> None:
+    """SIGTERM to .ci/run alone while ruff's virtualenv is still being made: the lint and the
+    README's command are stopped before the lint's folder is removed, so that nothing makes
+    the virtualenv again afterwards."""
+    slow_venv = FAKE_PYTHON3.replace(  # ruff's virtualenv takes 5 s, the project's none
+        '  mkdir -p "$3/bin"', '  case "$3" in *das-lint-*) sleep 5 ;; esac; mkdir -p "$3/bin"'
+    )
+    root, tmp, env = _ci_run_checkout(tmp_path, slow_venv)
+    script = subprocess.Popen(["bash", str(root / ".ci" / "run")], env=env,
+                              stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)  # fmt: skip
+    started = tmp_path / "tests-started"
+    try:
+        for _ in range(300):
+            if started.exists() and started.read_text().strip():
+                break
+            assert script.poll() is None, "the script ended before its tests started"
+            time.sleep(0.1)
+        pid = int(started.read_text())
+        script.send_signal(signal.SIGTERM)
+        assert script.wait(timeout=30) == 128 + signal.SIGTERM
+    finally:
+        with contextlib.suppress(ProcessLookupError):
+            script.kill()
+    time.sleep(6)  # longer than the stand-in virtualenv takes to be made
+    assert _gone(pid), pid
     assert list(tmp.iterdir()) == []
