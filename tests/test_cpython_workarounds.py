@@ -7,7 +7,6 @@ import ast
 import gc
 import sys
 import threading
-import time
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 
@@ -75,11 +74,9 @@ def test_the_fix_is_for_the_interpreters_with_the_race() -> None:
 def test_unlocked_threads_break_each_others_trees_on_this_interpreter() -> None:
     """The race is real here: the test below would fail without the lock."""
     unlocked = ast.parse.__wrapped__  # type: ignore[attr-defined]
-    started = time.monotonic()
     errors = errors_of_threads_parsing(lambda: unlocked(LITERAL, mode="eval"), seconds=10)
     assert errors, "no race in 10 s: this test no longer shows the bug it guards against"
     assert "AST constructor recursion depth mismatch" in str(errors[0])
-    assert time.monotonic() - started < 5
 
 
 def test_threads_reading_npy_headers_and_literals_at_once_all_succeed(tmp_path) -> None:
