@@ -26,7 +26,7 @@ from __future__ import annotations
 import os
 import re
 import stat
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Callable, Collection, Iterator, Sequence
 from dataclasses import dataclass
 from enum import Enum
 from pathlib import Path
@@ -41,6 +41,7 @@ import pyarrow.parquet as pq
 DEFAULT_CHUNK_BYTES = 64 * 1024 * 1024
 _MAX_ROWS_SHOWN = 5
 _NULL_TOKEN = "Null"
+_DICTIONARY = pa.dictionary(pa.int32(), pa.string())
 
 
 class InputFormatError(ValueError):
@@ -260,8 +261,12 @@ def _parse_chunk(
     spec: TableSpec,
     first_row: int,
     use_threads: bool = True,
+    dictionary: Collection[str] = (),
+    one_block: bool = False,
 ) -> pa.Table:
-    """Parse one chunk of data lines (no header) into string columns of the spec."""
+    """Parse one chunk of data lines (no header) into string columns of the spec (the columns
+    named in ``dictionary`` dictionary-encoded by the parser: the same strings). With
+    ``one_block``, on this thread in one block: each column one contiguous array."""
     bad_rows: list[int | None] = []
     bad_shapes: set[tuple[int, int]] = set()
 
@@ -276,10 +281,15 @@ def _parse_chunk(
         quote_char='"' if spec.delimiter == "," else False,
         invalid_row_handler=on_invalid,
     )
-    read = pa_csv.ReadOptions(column_names=header, use_threads=use_threads, block_size=1 << 22)
+    block_size = max(1 << 22, data.size + 1) if one_block else 1 << 22
+    read = pa_csv.ReadOptions(
+        column_names=header, use_threads=use_threads and not one_block, block_size=block_size
+    )
     convert = pa_csv.ConvertOptions(
         include_columns=spec.column_names,
-        column_types={name: pa.string() for name in spec.column_names},
+        column_types={
+            name: _DICTIONARY if name in dictionary else pa.string() for name in spec.column_names
+        },
         strings_can_be_null=False,
         quoted_strings_can_be_null=False,
     )
@@ -300,7 +310,7 @@ def _parse_chunk(
     if bad_rows:
         if use_threads and None in bad_rows:
             # Multithreaded parsing does not know row positions: re-parse to find them.
-            return _parse_chunk(path, data, header, spec, first_row, use_threads=False)
+            return _parse_chunk(path, data, header, spec, first_row, False, dictionary, one_block)
         rows = sorted(first_row + number - 1 for number in bad_rows if number is not None)
         shapes = "; ".join(f"expected {e} fields, found {a}" for e, a in sorted(bad_shapes))
         raise InputFormatError(
@@ -327,6 +337,64 @@ def _as_strings(path: Path, name: str, array: pa.ChunkedArray) -> pa.ChunkedArra
     raise InputFormatError(f"{path}: column {name} has Parquet type {kind}; expected string or int")
 
 
+class RawSource:
+    """A text or Parquet input opened for reading in raw form: the header read and checked, the
+    file cut into chunks (:meth:`pieces`), each parsed by :meth:`parse` into string columns.
+
+    Reading and parsing are separate so that a caller may parse several chunks at once on
+    other threads; :func:`iter_raw_tables` parses them in order on the calling thread.
+    Raises :class:`InputFormatError` (no values) when the header cannot be read or lacks a
+    spec column.
+    """
+
+    def __init__(self, path: str | Path, spec: TableSpec) -> None:
+        self.path = Path(path)
+        self.spec = spec
+        self.header = read_header(self.path, spec)
+        _check_header(self.path, spec, self.header)
+
+    def pieces(self, chunk_bytes: int = DEFAULT_CHUNK_BYTES) -> Iterator[pa.Buffer | pa.Table]:
+        """The file's chunks in order: for text, the bytes of about ``chunk_bytes`` of whole
+        lines (read with plain reads, not a memory map: mapped pages of a multi-GB file would
+        stay resident in the process until the whole file is read); for Parquet, a batch's
+        spec columns already as strings."""
+        path, spec = self.path, self.spec
+        if is_parquet(path):
+            batch_rows = max(1, chunk_bytes // max(1, spec.text_row_bytes))
+            parquet = pq.ParquetFile(path)
+            for batch in parquet.iter_batches(batch_size=batch_rows, columns=spec.column_names):
+                table = pa.Table.from_batches([batch])
+                names = spec.column_names
+                yield pa.table({n: _as_strings(path, n, table.column(n)) for n in names})
+            return
+        with path.open("rb") as handle:
+            handle.readline()
+            data_start = handle.tell()
+        size = path.stat().st_size
+        with path.open("rb") as handle:
+            for start, end in _chunk_bounds(path, data_start, size, chunk_bytes):
+                handle.seek(start)
+                yield pa.py_buffer(handle.read(end - start))
+
+    def parse(
+        self,
+        piece: pa.Buffer | pa.Table,
+        first_row: int,
+        dictionary: Collection[str] = (),
+        threads: bool = True,
+    ) -> pa.Table:
+        """One piece's spec columns as strings (text columns named in ``dictionary``
+        dictionary-encoded by the parser: the same strings); errors name rows from
+        ``first_row``. Without ``threads``, on this thread in one block (each column one
+        contiguous array)."""
+        if isinstance(piece, pa.Table):
+            return piece
+        return _parse_chunk(
+            self.path, piece, self.header, self.spec, first_row, threads, tuple(dictionary),
+            not threads,
+        )  # fmt: skip
+
+
 def _iter_raw_tables(
     path: str | Path,
     spec: TableSpec,
@@ -338,42 +406,19 @@ def _iter_raw_tables(
     With ``typed``, each text chunk is first offered to it (raw bytes, header); a frame it
     returns is yielded instead of the string table (the engine form's fast path).
     """
-    path = Path(path)
-    header = read_header(path, spec)
-    _check_header(path, spec, header)
+    source = RawSource(path, spec)
     next_row = 1
-    if is_parquet(path):
-        batch_rows = max(1, chunk_bytes // max(1, spec.text_row_bytes))
-        parquet = pq.ParquetFile(path)
-        for batch in parquet.iter_batches(batch_size=batch_rows, columns=spec.column_names):
-            table = pa.Table.from_batches([batch])
-            columns = {
-                name: _as_strings(path, name, table.column(name)) for name in spec.column_names
-            }
-            table = pa.table(columns)
-            yield next_row, table
-            next_row += table.num_rows
-        return
-    with path.open("rb") as handle:
-        handle.readline()
-        data_start = handle.tell()
-    # Plain reads, not a memory map: mapped pages of a multi-GB file would stay resident in
-    # the process (and count in its memory) until the whole file is read.
-    size = path.stat().st_size
-    with path.open("rb") as handle:
-        for start, end in _chunk_bounds(path, data_start, size, chunk_bytes):
-            handle.seek(start)
-            data = pa.py_buffer(handle.read(end - start))
-            frame = typed(data, header) if typed is not None else None
+    for piece in source.pieces(chunk_bytes):
+        if typed is not None and isinstance(piece, pa.Buffer):
+            frame = typed(piece, source.header)
             if frame is not None:
-                del data
                 yield next_row, frame
                 next_row += len(frame)
                 continue
-            table = _parse_chunk(path, data, header, spec, next_row)
-            del data
-            yield next_row, table
-            next_row += table.num_rows
+        table = source.parse(piece, next_row)
+        del piece
+        yield next_row, table
+        next_row += table.num_rows
 
 
 def _raw_frame(table: pa.Table, first_row: int) -> pd.DataFrame:
@@ -388,6 +433,16 @@ def iter_raw(
     """Yield the file's spec columns as strings, one frame per chunk, indexed by row number."""
     for first_row, table in _iter_raw_tables(path, spec, chunk_bytes):
         yield _raw_frame(table, first_row)
+
+
+def iter_raw_tables(
+    path: str | Path, spec: TableSpec, chunk_bytes: int = DEFAULT_CHUNK_BYTES
+) -> Iterator[tuple[int, pa.Table]]:
+    """(first row number, the chunk's spec columns as Arrow strings), one per chunk: the raw
+    form without pandas (a chunk's strings are not copied into a frame)."""
+    for first_row, table in _iter_raw_tables(path, spec, chunk_bytes):
+        assert isinstance(table, pa.Table)
+        yield first_row, table
 
 
 def read_raw(

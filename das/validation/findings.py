@@ -14,9 +14,11 @@ numbers, never a value.
 
 from __future__ import annotations
 
+import contextlib
 import html
 import json
-from collections.abc import Iterable, Sequence
+import threading
+from collections.abc import Iterable, Iterator, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Literal
 
@@ -93,10 +95,32 @@ class FailureCollector:
     The rows kept are the smallest row numbers: chunks arrive in file order; failures found
     per bucket of records (out of file order) come without values and are merged, and their
     values are read back from the file afterwards (``value_columns``).
+
+    Chunks are checked in worker threads (:func:`das.validation.scan.scan_file`): there a
+    thread's :meth:`add` calls are only recorded (:meth:`recording`), then replayed
+    (:meth:`replay`) in file order, so the report is the same whatever order the threads
+    finish in.
     """
 
     def __init__(self) -> None:
         self._failures: dict[tuple[str, str | None, str], Failure] = {}
+        self._local = threading.local()
+
+    @contextlib.contextmanager
+    def recording(self) -> Iterator[list[tuple[tuple, dict]]]:
+        """Within the block, this thread's :meth:`add` calls are recorded in the list yielded
+        instead of applied (for :meth:`replay`, in file order)."""
+        calls: list[tuple[tuple, dict]] = []
+        self._local.calls = calls
+        try:
+            yield calls
+        finally:
+            self._local.calls = None
+
+    def replay(self, calls: Iterable[tuple[tuple, dict]]) -> None:
+        """Apply recorded :meth:`add` calls, in their order."""
+        for args, kwargs in calls:
+            self.add(*args, **kwargs)
 
     def add(
         self,
@@ -116,6 +140,16 @@ class FailureCollector:
         ``values`` (aligned with ``rows``) are the file's own text; when omitted they are read
         back later from ``value_columns`` (see :func:`das.validation.scan.fill_values`).
         """
+        calls = getattr(self._local, "calls", None)
+        if calls is not None:  # a worker thread's chunk: applied later, in file order
+            calls.append(
+                (
+                    (file, column, check, message),
+                    {"rows": rows, "values": values, "count": count, "severity": severity,
+                     "value_columns": value_columns, "source": source},
+                )
+            )  # fmt: skip
+            return
         rows_array = np.asarray(rows, dtype=np.int64).ravel()
         n = int(rows_array.size if count is None else count)
         if n <= 0:
@@ -157,6 +191,10 @@ class FailureCollector:
             and (check is None or f.check == check)
             for f in self._failures.values()
         )
+
+    def has_errors(self, file: str) -> bool:
+        """Whether an error-severity failure was recorded for ``file`` (applied ones only)."""
+        return any(f.file == file and f.severity == "error" for f in self._failures.values())
 
     def needing_values(self, file: str) -> list[Failure]:
         return [

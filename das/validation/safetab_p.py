@@ -30,6 +30,8 @@ plus the spec-file rules of :mod:`das.validation.specs`. The Census toy inputs
 
 from __future__ import annotations
 
+from collections.abc import Callable
+from itertools import pairwise
 from pathlib import Path
 
 import numpy as np
@@ -42,7 +44,7 @@ from das.specs.config import SafeTabPConfig, load_safetab_p_config
 from das.validation.findings import ValidationReport
 from das.validation.runner import DEFAULT_SAMPLE_ROWS, Context, run_validation
 from das.validation.scan import (
-    column_array,
+    RawChunk,
     first_values,
     joined_values,
     rows_of,
@@ -104,7 +106,8 @@ def _grf_c(context: Context, data_dir: Path) -> tuple[np.ndarray | None, set[int
 
 
 class _PersonChecks:
-    """Per-chunk cross-file checks of person records (vectorized over the chunk)."""
+    """Per-chunk cross-file checks of person records (vectorized over the chunk; a code column
+    with few distinct values is checked on those)."""
 
     def __init__(
         self,
@@ -126,7 +129,11 @@ class _PersonChecks:
             filter_states = list(config.state_filter_us)
             self.filter = pa.array(filter_states, pa.large_string())
 
-    def __call__(self, frame, columns: dict[str, np.ndarray]) -> None:
+    def _unlisted(self, values: np.ndarray, lowest: int) -> np.ndarray:
+        """Values from ``lowest`` on that are not in the code list."""
+        return (values >= lowest) & ~np.isin(values, self.codes)
+
+    def __call__(self, frame: RawChunk, columns: dict[str, np.ndarray]) -> None:
         add = self.context.collector.add
         label = self.label
         if self.grf_keys is not None:
@@ -145,9 +152,9 @@ class _PersonChecks:
                 values=joined_values(frame, GEOGRAPHY, bad, "|"),
             )
 
-        race = np.column_stack([columns[name] for name in RACE_COLUMNS])
-        null = race == 0
-        bad = null[:, 0]
+        race = [columns[name] for name in RACE_COLUMNS]
+        null = [values == 0 for values in race]
+        bad = null[0]
         add(
             label,
             "QRACE1",
@@ -156,7 +163,9 @@ class _PersonChecks:
             rows=rows_of(frame, bad),
             values=first_values(frame, "QRACE1", bad),
         )
-        bad = (null[:, :-1] & (race[:, 1:] != 0)).any(axis=1)
+        bad = np.zeros(bad.size, dtype=bool)
+        for before, after in pairwise(null):  # a code after a Null
+            bad |= before & ~after
         add(
             label,
             RACE_LABEL,
@@ -166,9 +175,8 @@ class _PersonChecks:
             values=joined_values(frame, RACE_COLUMNS, bad, "|"),
         )
         if self.codes is not None:
-            for k, name in enumerate(RACE_COLUMNS):
-                code = race[:, k]
-                bad = (code > 0) & ~np.isin(code, self.codes)
+            for name, values in zip(RACE_COLUMNS, race, strict=True):
+                bad = _per_distinct(frame, name, "Null", values, lambda v: self._unlisted(v, 1))
                 add(
                     label,
                     name,
@@ -178,7 +186,7 @@ class _PersonChecks:
                     values=first_values(frame, name, bad),
                 )
             qspan = columns["QSPAN"]
-            bad = (qspan >= 0) & ~np.isin(qspan, self.codes)
+            bad = _per_distinct(frame, "QSPAN", None, qspan, lambda v: self._unlisted(v, 0))
             add(
                 label,
                 "QSPAN",
@@ -187,24 +195,33 @@ class _PersonChecks:
                 rows=rows_of(frame, bad),
                 values=first_values(frame, "QSPAN", bad),
             )
-        if self.config is None:
+        config = self.config
+        if config is None:
             return
-        bad = (race > 0).sum(axis=1) > self.config.max_race_codes
+        codes = np.zeros(bad.size, dtype=np.int8)
+        for values in race:
+            codes += values > 0
+        bad = codes > config.max_race_codes
         add(
             label,
             RACE_LABEL,
             "race_codes_within_max",
-            f"more than max_race_codes = {self.config.max_race_codes} race codes",
+            f"more than max_race_codes = {config.max_race_codes} race codes",
             rows=rows_of(frame, bad),
             values=joined_values(frame, RACE_COLUMNS, bad, "|"),
         )
-        state = column_array(frame, "TABBLKST")
-        two_digits = np.asarray(
-            pc.fill_null(pc.match_substring_regex(state, r"^[0-9]{2}$"), False), dtype=bool
-        )
-        is_pr = np.asarray(pc.fill_null(pc.equal(state, PUERTO_RICO), False), dtype=bool)
-        in_filter = np.asarray(pc.fill_null(pc.is_in(state, value_set=self.filter), False))
-        bad = two_digits & ~is_pr & ~in_filter & self.config.run_us
+
+        def states(state: pa.ChunkedArray) -> tuple[np.ndarray, np.ndarray]:
+            two_digits = np.asarray(
+                pc.fill_null(pc.match_substring_regex(state, r"^[0-9]{2}$"), False), dtype=bool
+            )
+            is_pr = np.asarray(pc.fill_null(pc.equal(state, PUERTO_RICO), False), dtype=bool)
+            in_filter = np.asarray(pc.fill_null(pc.is_in(state, value_set=self.filter), False))
+            outside = two_digits & ~is_pr & ~in_filter & config.run_us
+            off = two_digits & np.where(is_pr, not config.run_pr, not config.run_us)
+            return outside, off
+
+        bad = frame.per_value("TABBLKST", lambda state: states(state)[0])
         add(
             label,
             "TABBLKST",
@@ -213,7 +230,7 @@ class _PersonChecks:
             rows=rows_of(frame, bad),
             values=first_values(frame, "TABBLKST", bad),
         )
-        off = two_digits & np.where(is_pr, not self.config.run_pr, not self.config.run_us)
+        off = frame.per_value("TABBLKST", lambda state: states(state)[1])
         add(
             label,
             "TABBLKST",
@@ -223,6 +240,24 @@ class _PersonChecks:
             values=first_values(frame, "TABBLKST", off),
             severity="warning",
         )
+
+
+def _per_distinct(
+    frame: RawChunk,
+    name: str,
+    token: str | None,
+    values: np.ndarray,
+    function: Callable[[np.ndarray], np.ndarray],
+) -> np.ndarray:
+    """``function`` (a value-by-value map of converted codes to booleans) of every row, on the
+    column's distinct values when it has few (only spread over the rows when one is True)."""
+    view = frame.view(name) if isinstance(frame, RawChunk) else None
+    distinct = view.ints_of_distinct(token) if view is not None else None
+    encoded = view.distinct_values() if view is not None else None
+    if distinct is None or encoded is None:
+        return function(values)
+    verdict = function(distinct)
+    return verdict[encoded[0]] if verdict.any() else np.zeros(values.size, dtype=bool)
 
 
 def _persons(

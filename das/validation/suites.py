@@ -267,7 +267,10 @@ class UniqueAccumulator:
         return self._spill / f"{bucket:04d}.key", self._spill / f"{bucket:04d}.row"
 
     def add(self, arrays: list[pa.ChunkedArray], rows: np.ndarray) -> None:
-        keys = key_hash(arrays)
+        self.add_keys(key_hash(arrays), rows)
+
+    def add_keys(self, keys: np.ndarray, rows: np.ndarray) -> None:
+        """Add one chunk's keys (:func:`key_hash` of its :attr:`columns`) and row numbers."""
         rows = np.asarray(rows, dtype=np.int64)
         if self._spill is None:
             self._hashes.append(keys)
