@@ -5,9 +5,11 @@ The Prefect face of ``das run safetab-p``, over the streamed engine (the same re
 in-memory :func:`das.safetab_p.engine.run_safetab_p`, in memory bounded whatever the size of
 the input: :mod:`das.safetab_p.streamed`). Before any record is read,
 :func:`tasks.run_context.release_run` seals the parameters and checks the production policy,
-the privacy ledger, the run id's binding and the output (a refusal raises ``RunRefused``);
-after the person file's spill — which fingerprints it — the run proves it holds the records
-validation read and the ledger authorizes its spend, before the first draw.
+the privacy ledger, the run id's binding and the output (a refusal raises ``RunRefused``).
+The records are read once: validation's read also prepares the geography and spills the
+persons (:class:`tasks.safetab_p.SafeTabPOneRead`), so what is measured is what was validated
+and fingerprinted; the run then proves the files did not change while it ran, and the ledger
+authorizes its spend, before the first draw.
 Groups of states and of levels (a task per group of about equal work: :mod:`das.safetab_p.
 streamed.task_groups`) run in parallel through the task runner (:func:`flows.runner.
 task_runner_from_env`); tasks exchange paths into the run's work folder, never frames. Every
@@ -50,6 +52,7 @@ from tasks.run_context import (  # noqa: E402
 from tasks.run_context import started_from as run_started_from  # noqa: E402
 from tasks.safetab_p import (  # noqa: E402
     SafeTabPJob,
+    SafeTabPOneRead,
     combine_cells_task,
     combine_totals_task,
     count_state_cells_task,
@@ -148,12 +151,27 @@ def safetab_p_flow(
         return refused(PRODUCT, refusal, request_context(request), request.run_id or flow_run_id())
 
 
+def _one_read(run: ReleaseRun, inputs: RunInputs) -> SafeTabPOneRead | None:
+    """Validation's read of the records, made to also prepare the geography and spill the
+    persons (None when the parameters or a record file are missing: validation says so)."""
+    records = inputs.records()
+    if run.parameters is None or not {"person-records", "GRF-C"} <= set(records):
+        return None
+    job = SafeTabPJob(
+        run.parameters,
+        str(records["person-records"]),
+        str(records["GRF-C"]),
+        str(run.folder.root / "work"),
+    )
+    return SafeTabPOneRead(job, run.folder)
+
+
 def _release(request: RunRequest, inputs: RunInputs, delta: float) -> dict[str, Any]:
     """The run itself (see the module docstring); the audit record."""
     seed = request.seed
     with release_run(request, inputs, parse_parameters) as run:
         folder, audit, steps = run.folder, run.audit, run.steps
-        validation_gate(run)
+        made = validation_gate(run, _one_read(run, inputs))
         if run.parameters is None:
             raise RuntimeError("the parameters passed validation but could not be parsed")
         job = SafeTabPJob(
@@ -162,9 +180,13 @@ def _release(request: RunRequest, inputs: RunInputs, delta: float) -> dict[str, 
             str(input_path(inputs, "GRF-C")),
             str(folder.root / "work"),
         )
-        with run.stage("geography", skipped=steps.done("geography") is not None):
+
+        def earlier(step: str) -> bool:  # done by an earlier attempt (not by this one's read)
+            return steps.done(step) is not None and step not in made
+
+        with run.stage("geography", skipped=earlier("geography")):
             grf_c = run_once(steps, "geography", lambda: prepare_geography_task(job))
-        with run.stage("spill", skipped=steps.done("spill") is not None):
+        with run.stage("spill", skipped=earlier("spill")):
             spilled = run_once(steps, "spill", lambda: spill_persons_task(job, folder))
         run.authorize({"person-records": spilled["fingerprint"], "GRF-C": grf_c})
         states = spilled["states"]

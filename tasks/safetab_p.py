@@ -44,6 +44,7 @@ from das.runs.release import RunLease  # noqa: E402
 from das.safetab_p.parameters import SafeTabPParameters  # noqa: E402
 from das.safetab_p.spill import (  # noqa: E402
     PASSES,
+    OnePass,
     WorkFolder,
     load_geography,
     prepare_geography,
@@ -61,6 +62,8 @@ from das.safetab_p.streamed import (  # noqa: E402
 )
 from das.specs.config import SafeTabPConfig  # noqa: E402
 from das.specs.race_specs import RaceEthnicitySpecs  # noqa: E402
+from das.validation.findings import ValidationReport  # noqa: E402
+from das.validation.scan import EngineTap  # noqa: E402
 from tasks.flow_steps import unless_refused  # noqa: E402
 
 TABLES = ("t1", "t2")
@@ -113,6 +116,36 @@ class LevelResult:
     ledger: dict[str, Any]
     fresh: tuple[str, ...]
     reused: tuple[str, ...]
+
+
+@dataclass
+class SafeTabPOneRead:
+    """The engine's first steps — the geography from the GRF-C, the person spill — made from
+    validation's own read of the two files (:class:`das.safetab_p.spill.OnePass`): the run
+    reads its inputs once (a :class:`tasks.validation_gate.OneRead`)."""
+
+    job: SafeTabPJob
+    folder: RunFolder
+    _pass: OnePass | None = None
+
+    def taps(self) -> dict[str, EngineTap]:
+        job = self.job
+        self._pass = OnePass(job.config, job.specs, job.folder)
+        return self._pass.taps()
+
+    def made(self, report: ValidationReport) -> dict[str, Any]:
+        outcome = self._pass.outcome(report) if self._pass is not None else None
+        if outcome is None:
+            return {}
+        geography, summary = outcome
+        curator_log(
+            self.folder, "read %d person records in %d chunks", summary.rows_read, summary.chunks
+        )
+        states = tabulated_states(self.job.folder)
+        return {
+            "geography": geography,
+            "spill": {"states": states, "fingerprint": summary.fingerprint},
+        }
 
 
 @task(name="prepare-geography", retries=2, retry_delay_seconds=2, cache_policy=NO_CACHE,

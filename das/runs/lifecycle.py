@@ -175,6 +175,8 @@ class ReleaseRun:
     steps: RunSteps
     progress: RunProgress | None = None
     validated: dict[str, str] | None = None
+    # the record files as they were when the run opened (RunInputs.identities)
+    identities: dict[str, tuple[int, ...]] = field(default_factory=dict)
     dataset: str | None = None
     passes: list[PassSpend] = field(default_factory=list)
     drawing: bool = False
@@ -257,6 +259,13 @@ class ReleaseRun:
     def authorize(self, read: Mapping[str, str]) -> list[PassSpend]:
         """Prove the records read for measurement are the records validated, bind the run to
         their dataset in the ledger and count its spend (see the module docstring)."""
+        now = self.inputs.identities()
+        moved = sorted(n for n in self.identities if now.get(n) != self.identities[n])
+        if moved:  # changed while the run read it (or since): what was read is no file's
+            raise self.records_changed(
+                f"the records read for measurement are not the records validated: "
+                f"{', '.join(moved)} changed while the run ran."
+            )
         if self.validated is not None:
             both = set(read) & set(self.validated)
             changed = sorted(name for name in both if read[name] != self.validated[name])
@@ -581,7 +590,7 @@ def release_run(
         )
         run = ReleaseRun(
             host, request, inputs, check, folder, audit, lease, stager, ledger, info, state,
-            steps, host.progress(request.product, run_id),
+            steps, host.progress(request.product, run_id), identities=inputs.identities(),
         )  # fmt: skip
         with run_log_file(folder.log_path):
             logger.info(

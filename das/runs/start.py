@@ -119,6 +119,25 @@ class RunInputs:
             result[name] = [info.st_size, info.st_mtime_ns, info.st_ino]
         return result
 
+    def identities(self) -> dict[str, tuple[int, ...]]:
+        """(device, inode, size, mtime_ns, ctime_ns) of each record file that exists.
+
+        A file changed in place changes its times (its ctime even when the mtime is set
+        back), one renamed over it has another inode: a run takes them before it reads the
+        records and compares them before it authorizes its spend, so records that changed
+        while it read them, or after, are never measured (:meth:`das.runs.lifecycle.
+        ReleaseRun.authorize`)."""
+        result = {}
+        for name, path in sorted(self.records().items()):
+            try:
+                info = Path(path).stat()
+            except OSError:
+                continue
+            result[name] = (
+                info.st_dev, info.st_ino, info.st_size, info.st_mtime_ns, info.st_ctime_ns,
+            )  # fmt: skip
+        return result
+
 
 @dataclass(frozen=True)
 class RunPlan:

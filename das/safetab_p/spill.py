@@ -38,7 +38,8 @@ from __future__ import annotations
 
 import json
 import shutil
-from dataclasses import dataclass
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass, field
 from pathlib import Path
 
 import numpy as np
@@ -57,11 +58,15 @@ from das.safetab_p.coterminous import coterminous_sets
 from das.safetab_p.iterations import code_positions
 from das.safetab_p.keys import geography_entities, pass_blocks
 from das.safetab_p.measure import AGE_EDGES, N_AGE23
-from das.safetab_p.stability import require_race_code_bound
+from das.safetab_p.stability import RaceCodeBoundError, require_race_code_bound
 from das.specs.config import SafeTabGeography, SafeTabPConfig
 from das.specs.race_specs import RaceEthnicitySpecs
+from das.validation.findings import ValidationReport
+from das.validation.scan import EngineTap
 
 PASSES = ("US", "PR")
+GEOGRAPHY_COLUMNS = ("TABBLKST", "TABBLKCOU", "TABTRACTCE", "TABBLK")
+BLOCK_FACTORS = (10**13, 10**10, 10**4, 1)  # SS CCC TTTTTT BBBB: das.io.safetab_p.block_key
 SPILL_COLUMNS = {"geounit": np.int32, "lo": np.uint64, "hi": np.uint64, "sexage": np.uint8}
 N_SEXAGE = 2 * N_AGE23
 _MAX_CODE = 9_999
@@ -323,6 +328,67 @@ class SpillSummary:
     fingerprint: str
 
 
+class _PersonSpiller:
+    """How a chunk of person records (engine form) becomes spill rows, by state: each record's
+    block looked up in the enabled passes' blocks (out of universe: dropped), its race codes
+    and QSPAN packed, its sex × age23 bin. Read-only once built: chunks may be spilled on
+    several threads at once and appended in file order."""
+
+    def __init__(self, config: SafeTabPConfig, specs: RaceEthnicitySpecs, work: WorkFolder):
+        self.config = config
+        self.codec = CombinationCodec(specs)
+        passes = [g for g in (load_geography(work, p) for p in PASSES) if g is not None]
+        keys = np.concatenate([g.blocks for g in passes]) if passes else np.zeros(0, np.int64)
+        order = np.argsort(keys, kind="stable")
+        self.sorted_keys = keys[order]
+        geounits = np.concatenate([g.block_geounit for g in passes]) if passes else keys
+        self.block_geounit = geounits.astype(np.int32)[order]
+
+    def rows(self, chunk: Mapping[str, np.ndarray]) -> dict[int, dict[str, np.ndarray]]:
+        """State FIPS → the spill columns of the chunk's records in that state (in file
+        order). Raises :class:`RaceCodeBoundError` (no record named) for a record with more
+        race codes than the config allows."""
+        race = np.column_stack([np.asarray(chunk[name]) for name in RACE_COLUMNS])
+        require_race_code_bound(race, self.config.max_race_codes)
+        person_keys = np.zeros(race.shape[0], dtype=np.int64)
+        for name, factor in zip(GEOGRAPHY_COLUMNS, BLOCK_FACTORS, strict=True):
+            person_keys += np.asarray(chunk[name]).astype(np.int64) * factor
+        if self.sorted_keys.size == 0:
+            return {}
+        size = self.sorted_keys.size
+        position = np.minimum(np.searchsorted(self.sorted_keys, person_keys), size - 1)
+        known = self.sorted_keys[position] == person_keys
+        if not known.any():
+            return {}
+        rows = np.flatnonzero(known)
+        lo, hi = self.codec.pack(race[rows], np.asarray(chunk["QSPAN"])[rows])
+        columns = {
+            "geounit": self.block_geounit[position[rows]],
+            "lo": lo,
+            "hi": hi,
+            "sexage": sexage(np.asarray(chunk["QSEX"])[rows], np.asarray(chunk["QAGE"])[rows]),
+        }
+        state = np.asarray(chunk["TABBLKST"])[rows].astype(np.int64)
+        by_state = {}
+        for fips in np.unique(state).tolist():  # at most 52 per chunk
+            mine = state == fips
+            by_state[int(fips)] = {name: values[mine] for name, values in columns.items()}
+        return by_state
+
+
+def _start_spill(work: WorkFolder) -> None:
+    """Remove the spill (and person fingerprint) a previous attempt left."""
+    spill_root = work.root / "spill"
+    if spill_root.exists():
+        shutil.rmtree(spill_root)
+    forget_fingerprint(work.fingerprint_dir, PERSON_RECORDS.name)
+
+
+def _append(work: WorkFolder, by_state: Mapping[int, Mapping[str, np.ndarray]]) -> None:
+    for fips, columns in by_state.items():
+        work.spill(fips).append(columns)
+
+
 def spill_persons(
     config: SafeTabPConfig,
     specs: RaceEthnicitySpecs,
@@ -334,19 +400,11 @@ def spill_persons(
 
     Replaces any spill a previous attempt left. Vectorized per chunk; the only Python loop is
     over the states present in a chunk. The file's fingerprint is computed on the same chunks
-    (returned, and kept in the work folder).
+    (returned, and kept in the work folder). A run that validates its inputs makes the same
+    spill from validation's read instead (:class:`OnePass`).
     """
-    spill_root = work.root / "spill"
-    if spill_root.exists():
-        shutil.rmtree(spill_root)
-    forget_fingerprint(work.fingerprint_dir, PERSON_RECORDS.name)
-    codec = CombinationCodec(specs)
-    passes = [g for g in (load_geography(work, p) for p in PASSES) if g is not None]
-    keys = np.concatenate([g.blocks for g in passes]) if passes else np.zeros(0, np.int64)
-    order = np.argsort(keys, kind="stable")
-    sorted_keys = keys[order]
-    geounits = np.concatenate([g.block_geounit for g in passes]) if passes else keys
-    block_geounit = geounits.astype(np.int32)[order]
+    _start_spill(work)
+    spiller = _PersonSpiller(config, specs, work)
     rows_read = chunks = 0
     states: set[int] = set()
     fingerprint = RecordFingerprint(PERSON_RECORDS)
@@ -354,30 +412,127 @@ def spill_persons(
         chunks += 1
         rows_read += len(chunk)
         fingerprint.update_frame(chunk)
-        race = np.column_stack([chunk[name].to_numpy() for name in RACE_COLUMNS])
-        require_race_code_bound(race, config.max_race_codes)
-        person_keys = block_key(chunk)
-        if sorted_keys.size == 0:
-            continue
-        position = np.minimum(np.searchsorted(sorted_keys, person_keys), sorted_keys.size - 1)
-        known = sorted_keys[position] == person_keys
-        if not known.any():
-            continue
-        chunk = chunk.loc[known]
-        position = position[known]
-        race = race[known]
-        lo, hi = codec.pack(race, chunk["QSPAN"].to_numpy())
-        columns = {
-            "geounit": block_geounit[position],
-            "lo": lo,
-            "hi": hi,
-            "sexage": sexage(chunk["QSEX"].to_numpy(), chunk["QAGE"].to_numpy()),
-        }
-        state = chunk["TABBLKST"].to_numpy().astype(np.int64)
-        for fips in np.unique(state).tolist():  # at most 52 per chunk
-            mine = state == fips
-            work.spill(fips).append({name: values[mine] for name, values in columns.items()})
-            states.add(fips)
+        by_state = spiller.rows({name: chunk[name].to_numpy() for name in chunk.columns})
+        _append(work, by_state)
+        states.update(by_state)
     digest = fingerprint.hexdigest()
     record_fingerprint(work.fingerprint_dir, PERSON_RECORDS.name, digest)
     return SpillSummary(rows_read, chunks, tuple(sorted(states)), digest)
+
+
+# ---------------------------------------------------------------------------- one pass
+
+
+class _GeographyTap:
+    """The GRF-C in engine form from validation's read, kept in file order; once the whole
+    file is in and valid so far, the geography is prepared from it."""
+
+    def __init__(self, one_pass: OnePass) -> None:
+        self.one_pass = one_pass
+        self.parts: list[dict[str, np.ndarray]] = []
+
+    def chunk(self, columns: Mapping[str, np.ndarray]) -> Callable[[], None]:
+        part = {c.name: np.asarray(columns[c.name]).astype(c.dtype) for c in GRF_C.columns}
+        return lambda: self.parts.append(part)
+
+    def done(self, complete: bool) -> None:
+        parts, self.parts = self.parts, []
+        if not complete:
+            return
+        grfc = pd.DataFrame(
+            {c.name: np.concatenate([p[c.name] for p in parts]) for c in GRF_C.columns},
+            copy=False,
+        )
+        del parts
+        one_pass = self.one_pass
+        one_pass.geography = prepare_geography(one_pass.config, grfc, one_pass.work)
+        one_pass.spiller = _PersonSpiller(one_pass.config, one_pass.specs, one_pass.work)
+
+
+class _PersonTap:
+    """The person file in engine form from validation's read, spilled as :func:`spill_persons`
+    spills it (the same rows, in the same order): chunks on validation's worker threads,
+    appended in file order."""
+
+    def __init__(self, one_pass: OnePass) -> None:
+        self.one_pass = one_pass
+        self.abandoned = False
+        self.rows = self.chunks = 0
+
+    def chunk(self, columns: Mapping[str, np.ndarray]) -> Callable[[], None] | None:
+        spiller = self.one_pass.spiller
+        if spiller is None or self.abandoned:
+            return None  # no geography (the GRF-C is not valid): nothing to spill into
+        try:
+            by_state = spiller.rows(columns)
+        except RaceCodeBoundError:  # validation reports it (race_codes_within_max)
+            self.abandoned = True
+            return None
+        rows = next(iter(columns.values())).size
+
+        def append() -> None:
+            if not self.abandoned:
+                _append(self.one_pass.work, by_state)
+                self.one_pass.states.update(by_state)
+                self.rows += rows
+                self.chunks += 1
+
+        return append
+
+    def done(self, complete: bool) -> None:
+        self.one_pass.persons_complete = complete and not self.abandoned
+
+
+@dataclass
+class OnePass:
+    """Validation's read of the GRF-C and the person file, made to also prepare the geography
+    and spill the persons (:func:`prepare_geography`, :func:`spill_persons`): the engine reads
+    the inputs once, and measures the very records validated and fingerprinted.
+
+    Give :meth:`taps` to :func:`das.validation.validate_safetab_p`; then :meth:`outcome` with
+    its report: the GRF-C's fingerprint and the spill's summary when the inputs are valid and
+    every record was spilled, else None — and nothing is left in the work folder (the spill is
+    never used when validation fails: nothing is drawn from it).
+    """
+
+    config: SafeTabPConfig
+    specs: RaceEthnicitySpecs
+    work: WorkFolder
+    geography: str | None = None
+    spiller: _PersonSpiller | None = None
+    states: set[int] = field(default_factory=set)
+    persons_complete: bool = False
+    _persons: _PersonTap | None = None
+
+    def taps(self) -> dict[str, EngineTap]:
+        """Spec name → the tap of that file (for ``validate_safetab_p(taps=...)``)."""
+        forget_fingerprint(self.work.fingerprint_dir, GRF_C.name)
+        _start_spill(self.work)
+        self._persons = _PersonTap(self)
+        return {GRF_C.name: _GeographyTap(self), PERSON_RECORDS.name: self._persons}
+
+    def outcome(self, report: ValidationReport) -> tuple[str, SpillSummary] | None:
+        """(GRF-C fingerprint, the spill's summary) if ``report`` is ok and both files were
+        taken whole (fingerprints equal to validation's); else the work folder's geography
+        and spill are removed and None is returned."""
+        persons = self._persons
+        digest = report.fingerprints.get(PERSON_RECORDS.name)
+        complete = (
+            report.ok
+            and persons is not None
+            and self.persons_complete
+            and self.geography is not None
+            and self.geography == report.fingerprints.get(GRF_C.name)
+            and digest is not None
+        )
+        if not complete or persons is None or digest is None or self.geography is None:
+            self.discard()
+            return None
+        record_fingerprint(self.work.fingerprint_dir, PERSON_RECORDS.name, digest)
+        summary = SpillSummary(persons.rows, persons.chunks, tuple(sorted(self.states)), digest)
+        return self.geography, summary
+
+    def discard(self) -> None:
+        """Remove what the pass made (a failed validation's geography and spill)."""
+        for name in ("geography", "spill", "fingerprints"):
+            shutil.rmtree(self.work.root / name, ignore_errors=True)

@@ -49,8 +49,9 @@ from __future__ import annotations
 import math
 import shutil
 import tempfile
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 import pyarrow as pa
@@ -70,6 +71,7 @@ from das.validation.findings import ValidationReport
 from das.validation.runner import DEFAULT_SAMPLE_ROWS, Context, run_validation
 from das.validation.scan import (
     ChunkHook,
+    EngineTap,
     FileScan,
     column_array,
     first_values,
@@ -315,6 +317,7 @@ def _scan(
     """Locate and scan one input; ``hook(label)`` builds its per-chunk checks."""
     suite = load_suite(spec.stem)
     path, label = context.locate(data_dir, spec)
+    options.setdefault("tap", None)
     scan = scan_file(
         path,
         spec,
@@ -561,14 +564,18 @@ def validate_phsafe(
     run_gx: bool = True,
     sample_rows: int = DEFAULT_SAMPLE_ROWS,
     chunk_bytes: int = DEFAULT_CHUNK_BYTES,
+    taps: Mapping[str, EngineTap] | None = None,
 ) -> ValidationReport:
     """Validate PHSafe inputs; always writes the report folder (default ``<data>/validation``).
 
     ``run_gx=False`` skips Great Expectations and its Data Docs (the engine still checks every
-    suite rule on every row): for tests only.
+    suite rule on every row): for tests only. ``taps`` (spec name →
+    :class:`~das.validation.scan.EngineTap`) receive persons, units and geo in engine form from
+    this read (a run's one pass over its inputs: :class:`das.phsafe.streamed.OnePass`).
     """
     config_path = Path(config_path)
     data_dir = Path(data_dir)
+    taps = dict(taps or {})
 
     def checks(context: Context) -> None:
         config = context.load_config(config_path, load_phsafe_config)
@@ -582,7 +589,7 @@ def validate_phsafe(
     def _checks(
         context: Context, config: PHSafeConfig | None, buckets: int, spill_root: Path
     ) -> None:
-        options = {"spill_dir": spill_root, "buckets": buckets}
+        options: dict[str, Any] = {"spill_dir": spill_root, "buckets": buckets}
         with _BucketSpill(spill_root, "units", buckets) as unit_spill:
             units_scan = _scan(
                 context,
@@ -590,6 +597,7 @@ def validate_phsafe(
                 UNITS,
                 lambda label: unit_spill,
                 convert={name: None for name in ("RTYPE", "MAFID", "FINAL_POP", *UNIT_CODES)},
+                tap=taps.get(UNITS.name),
                 **options,
             )
         with _BucketSpill(spill_root, "geo", buckets) as geo_spill:
@@ -601,6 +609,7 @@ def validate_phsafe(
                     None if config is None else _StateChecks(context, label, config), geo_spill
                 ),
                 convert={"MAFID": None, "RTYPE": None},
+                tap=taps.get(GEO.name),
                 **options,
             )
         if config is None:
@@ -611,7 +620,7 @@ def validate_phsafe(
         if not units_scan.scanned:
             for check in (*PERSON_CHECKS, *UNIT_CHECKS, *GEO_CHECKS):
                 context.skip(check, "units could not be read")
-            _scan(context, data_dir, PERSONS, **options)
+            _scan(context, data_dir, PERSONS, tap=taps.get(PERSONS.name), **options)
             return
         with _BucketSpill(spill_root, "persons", buckets) as person_spill:
             persons_scan = _scan(
@@ -620,6 +629,7 @@ def validate_phsafe(
                 PERSONS,
                 lambda label: _both(_RelshipChecks(context, label), person_spill),
                 convert={name: None for name in PERSONS.column_names},
+                tap=taps.get(PERSONS.name),
                 **options,
             )
         if geo_scan.scanned:

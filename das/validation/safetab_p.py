@@ -30,7 +30,7 @@ plus the spec-file rules of :mod:`das.validation.specs`. The Census toy inputs
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from itertools import pairwise
 from pathlib import Path
 
@@ -44,6 +44,7 @@ from das.specs.config import SafeTabPConfig, load_safetab_p_config
 from das.validation.findings import ValidationReport
 from das.validation.runner import DEFAULT_SAMPLE_ROWS, Context, run_validation
 from das.validation.scan import (
+    EngineTap,
     RawChunk,
     first_values,
     joined_values,
@@ -81,7 +82,9 @@ def block_keys(columns: dict[str, np.ndarray]) -> tuple[np.ndarray, np.ndarray]:
     return key, valid
 
 
-def _grf_c(context: Context, data_dir: Path) -> tuple[np.ndarray | None, set[int]]:
+def _grf_c(
+    context: Context, data_dir: Path, tap: EngineTap | None = None
+) -> tuple[np.ndarray | None, set[int]]:
     """Scan the GRF-C; return its sorted unique block keys and its states (None if unread)."""
     suite = load_suite("GRF-C")
     path, _ = context.locate(data_dir, GRF_C)
@@ -96,6 +99,7 @@ def _grf_c(context: Context, data_dir: Path) -> tuple[np.ndarray | None, set[int
         sample_rows=context.sample_rows,
         chunk_bytes=context.chunk_bytes,
         fingerprint=True,
+        tap=tap,
     )
     context.add_scan(suite, scan)
     if not scan.scanned:
@@ -266,6 +270,7 @@ def _persons(
     config: SafeTabPConfig | None,
     grf_keys: np.ndarray | None,
     codes: np.ndarray | None,
+    tap: EngineTap | None = None,
 ) -> None:
     suite = load_suite("person-records")
     path, _ = context.locate(data_dir, PERSON_RECORDS)
@@ -297,6 +302,7 @@ def _persons(
         sample_rows=context.sample_rows,
         chunk_bytes=context.chunk_bytes,
         fingerprint=True,
+        tap=tap,
     )
     context.add_scan(suite, scan)
     if scan.scanned:
@@ -330,21 +336,26 @@ def validate_safetab_p(
     run_gx: bool = True,
     sample_rows: int = DEFAULT_SAMPLE_ROWS,
     chunk_bytes: int = DEFAULT_CHUNK_BYTES,
+    taps: Mapping[str, EngineTap] | None = None,
 ) -> ValidationReport:
     """Validate SafeTab-P inputs; always writes the report folder (default ``<data>/validation``).
 
     ``config_path`` is the parameters directory's ``config.json`` (spec files beside it);
     ``data_dir`` holds person-records and GRF-C. ``run_gx=False`` skips Great Expectations and
     its Data Docs (the engine still checks every suite rule on every row): for tests only.
+    ``taps`` (spec name → :class:`~das.validation.scan.EngineTap`) receive the GRF-C and the
+    person file in engine form from this read (a run's one pass over its inputs:
+    :class:`das.safetab_p.spill.OnePass`).
     """
+    taps = dict(taps or {})
     config_path = Path(config_path)
     data_dir = Path(data_dir)
 
     def checks(context: Context) -> None:
         config = context.load_config(config_path, load_safetab_p_config)
         specs = validate_spec_files(context, config_path.parent)
-        grf_keys, grf_states = _grf_c(context, data_dir)
-        _persons(context, data_dir, config, grf_keys, specs.codes)
+        grf_keys, grf_states = _grf_c(context, data_dir, taps.get(GRF_C.name))
+        _persons(context, data_dir, config, grf_keys, specs.codes, taps.get(PERSON_RECORDS.name))
         if config is None:
             context.skip("filter_state_in_grf_c", "config.json does not parse")
         elif grf_keys is None:
