@@ -5,9 +5,11 @@ The Prefect face of ``das run phsafe`` (one pass per config: ``state_filter ["72
 Rico, else the US), over the bucketed engine (the same release as the in-memory
 :func:`das.phsafe.engine.run_phsafe`, in memory bounded whatever the input size:
 :mod:`das.phsafe.streamed`). :func:`tasks.run_context.release_run` first seals the config and
-checks the production policy, the privacy ledger, the run id's binding and the output; after
-the spill — which fingerprints the three files — the run proves it holds the records
-validation read and the ledger authorizes its spend, before the first draw. Buckets
+checks the production policy, the privacy ledger, the run id's binding and the output. The
+records are read once: validation's read also spills them by household bucket
+(:class:`tasks.phsafe.PHSafeOneRead`), so what is counted is what was validated and
+fingerprinted; the run then proves the files did not change while it ran, and the ledger
+authorizes its spend, before the first draw. Buckets
 and tables run in parallel on the task runner; tasks exchange paths into the run's work folder.
 Every draw is persisted in ``<state root>/runs/<run-id>/`` with its ledger entry, so a rerun
 with the same run id (by default the Prefect flow-run id: Prefect's Retry) reuses the noise
@@ -36,6 +38,7 @@ from das.runs.start import RunInputs  # noqa: E402
 from flows.runner import task_runner_from_env  # noqa: E402
 from tasks.flow_steps import record_draws, run_once, settled  # noqa: E402
 from tasks.phsafe import (  # noqa: E402
+    PHSafeOneRead,
     count_bucket_task,
     derived_tables,
     measure_table_task,
@@ -46,6 +49,7 @@ from tasks.phsafe import (  # noqa: E402
 )
 from tasks.refusal import refused, released  # noqa: E402
 from tasks.run_context import (  # noqa: E402
+    ReleaseRun,
     RunRequest,
     flow_run_id,
     release_run,
@@ -119,6 +123,16 @@ def phsafe_flow(
         return refused(PRODUCT, refusal, request_context(request), request.run_id or flow_run_id())
 
 
+def _one_read(run: ReleaseRun, inputs: RunInputs) -> PHSafeOneRead | None:
+    """Validation's read of the records, made to also spill them by household bucket (None
+    when the parameters or a record file are missing: validation says so)."""
+    records = inputs.records()
+    if run.parameters is None or not set(RECORD_FILES) <= set(records):
+        return None
+    paths = {name: str(records[name]) for name in RECORD_FILES}
+    return PHSafeOneRead(run.parameters.config, paths, str(run.folder.root / "work"), run.folder)
+
+
 def _release(
     request: RunRequest, inputs: RunInputs, delta: float, credible_interval: str
 ) -> dict[str, Any]:
@@ -126,13 +140,14 @@ def _release(
     seed = request.seed
     with release_run(request, inputs, parse_parameters) as run:
         folder, audit, steps = run.folder, run.audit, run.steps
-        validation_gate(run)
+        made = validation_gate(run, _one_read(run, inputs))
         plan = run.parameters
         if plan is None:
             raise RuntimeError("the parameters passed validation but could not be parsed")
         paths = {name: str(input_path(inputs, name)) for name in RECORD_FILES}
         work = str(folder.root / "work")
-        with run.stage("spill", skipped=steps.done("spill") is not None):
+        earlier = steps.done("spill") is not None and "spill" not in made  # by an earlier attempt
+        with run.stage("spill", skipped=earlier):
             spilled = run_once(
                 steps, "spill", lambda: spill_records(plan.config, paths, work, folder)
             )

@@ -28,8 +28,10 @@ from das.phsafe.engine import add_derived_tables, write_table_folder  # noqa: E4
 from das.phsafe.measure import output_columns  # noqa: E402
 from das.phsafe.parameters import PHSafeParameters  # noqa: E402
 from das.phsafe.streamed import (  # noqa: E402
+    OnePass,
     PHSafeWork,
     count_bucket,
+    default_buckets,
     measure_table_streamed,
     spill_phsafe,
 )
@@ -56,6 +58,8 @@ from das.runs.noise_store import (  # noqa: E402
 from das.runs.records import read_records_locally  # noqa: E402
 from das.runs.release import RunLease  # noqa: E402
 from das.specs.config import PHSafeConfig  # noqa: E402
+from das.validation.findings import ValidationReport  # noqa: E402
+from das.validation.scan import EngineTap  # noqa: E402
 from tasks.flow_steps import unless_refused  # noqa: E402
 
 
@@ -75,6 +79,39 @@ def table_partition(pass_name: str, table: str) -> str:
     return f"{pass_name}/{table}"
 
 
+@dataclass
+class PHSafeOneRead:
+    """The engine's spill by household bucket made from validation's own read of persons, units
+    and geo (:class:`das.phsafe.streamed.OnePass`): the run reads its inputs once (a
+    :class:`tasks.validation_gate.OneRead`)."""
+
+    config: PHSafeConfig
+    paths: dict[str, str]
+    work: str
+    folder: RunFolder
+    _pass: OnePass | None = None
+
+    def taps(self) -> dict[str, EngineTap]:
+        buckets = default_buckets(Path(self.paths["persons"]))
+        self._pass = OnePass(PHSafeWork(Path(self.work)), buckets)
+        return self._pass.taps()
+
+    def made(self, report: ValidationReport) -> dict[str, Any]:
+        spilled = self._pass.outcome(report) if self._pass is not None else None
+        if spilled is None:
+            return {}
+        _log_rows(self.folder, self.config, spilled.rows_read)
+        return {"spill": {"buckets": spilled.buckets, "fingerprints": dict(spilled.fingerprints)}}
+
+
+def _log_rows(folder: RunFolder, config: PHSafeConfig, rows: dict[str, int]) -> None:
+    """File row counts to the curator's local log only (never the Prefect server)."""
+    curator_log(
+        folder, "pass %s: read %d persons, %d units, %d geo rows",
+        config.pass_name, rows["persons"], rows["units"], rows["geo"],
+    )  # fmt: skip
+
+
 @task(name="spill-records", retries=2, retry_delay_seconds=2, cache_policy=NO_CACHE,
       persist_result=False, retry_condition_fn=unless_refused)  # fmt: skip
 def spill_records(
@@ -91,11 +128,7 @@ def spill_records(
         spilled = spill_phsafe(
             config, {name: Path(path) for name, path in paths.items()}, PHSafeWork(Path(work))
         )
-    curator_log(
-        folder, "pass %s: read %d persons, %d units, %d geo rows",
-        config.pass_name, spilled.rows_read["persons"], spilled.rows_read["units"],
-        spilled.rows_read["geo"],
-    )  # fmt: skip
+    _log_rows(folder, config, spilled.rows_read)
     get_run_logger().info("pass %s: records spilled into household buckets", config.pass_name)
     return {"buckets": spilled.buckets, "fingerprints": dict(spilled.fingerprints)}
 

@@ -43,6 +43,7 @@ from prefect_fixtures import artifacts, server_logs, two_state_phsafe  # noqa: E
 import tasks.safetab_p as safetab_tasks  # noqa: E402
 import tasks.validation_gate as gate_tasks  # noqa: E402
 from das.cli import main as das_main  # noqa: E402
+from das.io.tables import RawSource  # noqa: E402
 from das.io.writers import file_sha256  # noqa: E402
 from das.runs.folder import RunFolder  # noqa: E402
 from das.runs.ledger import LedgerStore, PrivacyLedger, open_ledger  # noqa: E402
@@ -295,6 +296,32 @@ def test_records_swapped_after_validation_stop_the_run_before_any_draw(
     assert count_samples == [] and not out.exists()
     state = _ledger().run("swap")
     assert state.status == "released" and state.dataset is None  # the reservation came back
+
+
+def test_records_changed_while_validation_reads_them_stop_the_run_before_any_draw(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, count_samples: list[str], capfd
+) -> None:
+    """The one read of the records (validation's, which the engine's spill comes from) must not
+    measure a file that changed under it: a person dropped while the read is under way."""
+    config, data, out = _params(tmp_path), _data(tmp_path), tmp_path / "out"
+    people = data / "person-records.txt"
+    pieces = RawSource.pieces
+
+    def changing(self, *args, **kwargs):
+        for piece in pieces(self, *args, **kwargs):
+            yield piece
+            if self.path == people:
+                lines = people.read_text().splitlines(keepends=True)
+                people.write_text("".join(lines[:-1]))
+
+    monkeypatch.setattr(RawSource, "pieces", changing)
+    assert _run(config, data, out, "--run-id", "mid-read") == 1
+    err = capfd.readouterr().err
+    assert "not the records validated: person-records changed while the run ran" in err
+    assert count_samples == [] and not out.exists()
+    state = _ledger().run("mid-read")
+    assert state.status == "released" and state.dataset is None  # the reservation came back
+    assert not (RunFolder(out, "mid-read").root / "work").exists()  # the spill went with it
 
 
 # --- 3: a run id is bound to its output -----------------------------------------------------------

@@ -34,15 +34,15 @@ from __future__ import annotations
 import json
 import math
 import shutil
-from collections.abc import Callable, Iterable
-from dataclasses import dataclass
+from collections.abc import Callable, Iterable, Mapping
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 import numpy as np
 import pandas as pd
 
-from das.io.arrays import RawColumns
+from das.io.arrays import RawAppender, RawColumns
 from das.io.atomic import atomic_write_text
 from das.io.fingerprint import RecordFingerprint, read_fingerprints, record_fingerprint
 from das.io.phsafe import GEO, PERSONS, UNITS, iter_geo, iter_persons, iter_units
@@ -65,6 +65,8 @@ from das.phsafe.universes import PERSON_IN_HOUSING_UNIT, UNIT_HOUSING, occupied_
 from das.privacy.accounting import PrivacyAccountant
 from das.runs.folder import safe_name
 from das.specs.config import PHSafeConfig
+from das.validation.findings import ValidationReport
+from das.validation.scan import EngineTap
 
 BUCKET_PERSONS = 5_000_000  # persons per bucket by default (≈1.5 GiB to tabulate)
 # Spilled columns (RTYPE is implied by the universe filters: 3 for persons, 2 for units).
@@ -128,10 +130,42 @@ class PHSafeSpill:
     fingerprints: dict[str, str]
 
 
+# What each file keeps for the tables (persons in housing units, occupied housing units, every
+# geography row), its spilled columns and its buckets' folders, by spec name.
+_KEEP: dict[str, Callable[[pd.DataFrame], np.ndarray]] = {
+    PERSONS.name: lambda p: p["RTYPE"].to_numpy() == PERSON_IN_HOUSING_UNIT,
+    UNITS.name: occupied_mask,
+    GEO.name: lambda g: np.ones(len(g), dtype=bool),
+}
+_SPILLED = {PERSONS.name: PERSON_SPILL, UNITS.name: UNIT_SPILL, GEO.name: GEO_SPILL}
+_SPECS = {spec.name: spec for spec in (PERSONS, UNITS, GEO)}
+
+
+def _target(work: PHSafeWork, name: str) -> Callable[[int], RawColumns]:
+    return {PERSONS.name: work.persons, UNITS.name: work.units, GEO.name: work.geo}[name]
+
+
+def _bucket_parts(
+    chunk: pd.DataFrame, name: str, buckets: int
+) -> list[tuple[int, dict[str, np.ndarray]]]:
+    """(bucket, its rows' spilled columns) of one engine-form chunk of file ``name``, in file
+    order within each bucket; rows no table uses are dropped."""
+    chunk = chunk.loc[_KEEP[name](chunk)]
+    bucket = chunk["MAFID"].to_numpy().astype(np.int64) % buckets
+    order = np.argsort(bucket, kind="stable")
+    bounds = np.searchsorted(bucket[order], np.arange(buckets + 1))
+    values = {column: chunk[column].to_numpy()[order] for column in _SPILLED[name]}
+    parts = []
+    for k in range(buckets):  # a loop over buckets, not over records
+        if bounds[k + 1] > bounds[k]:
+            part = slice(int(bounds[k]), int(bounds[k + 1]))
+            parts.append((k, {column: v[part] for column, v in values.items()}))
+    return parts
+
+
 def _spill(
     chunks: Iterable[pd.DataFrame],
-    keep: Callable[[pd.DataFrame], np.ndarray],
-    columns: dict[str, Any],
+    name: str,
     target: Callable[[int], RawColumns],
     buckets: int,
     fingerprint: RecordFingerprint,
@@ -146,15 +180,8 @@ def _spill(
         for chunk in chunks:
             rows += len(chunk)
             fingerprint.update_frame(chunk)
-            chunk = chunk.loc[keep(chunk)]
-            bucket = chunk["MAFID"].to_numpy().astype(np.int64) % buckets
-            order = np.argsort(bucket, kind="stable")
-            bounds = np.searchsorted(bucket[order], np.arange(buckets + 1))
-            values = {name: chunk[name].to_numpy()[order] for name in columns}
-            for k in range(buckets):  # a loop over buckets, not over records
-                if bounds[k + 1] > bounds[k]:
-                    part = slice(int(bounds[k]), int(bounds[k + 1]))
-                    appenders[k].append({name: v[part] for name, v in values.items()})
+            for k, columns in _bucket_parts(chunk, name, buckets):
+                appenders[k].append(columns)
     finally:
         for appender in appenders:
             appender.__exit__(None, None, None)
@@ -174,46 +201,121 @@ def spill_phsafe(
     """
     del config  # every pass reads the same universes; the state filter applies when counting
     if buckets is None:
-        buckets = max(1, math.ceil(estimated_rows(paths["persons"], PERSONS) / BUCKET_PERSONS))
-    if (work.root / "buckets").exists():
-        shutil.rmtree(work.root / "buckets")
-    if (work.root / "counts").exists():
-        shutil.rmtree(work.root / "counts")
-    if work.fingerprint_dir.exists():
-        shutil.rmtree(work.fingerprint_dir)
-    work.root.mkdir(parents=True, exist_ok=True)
+        buckets = default_buckets(paths["persons"])
+    _start_spill(work)
     prints = {spec.name: RecordFingerprint(spec) for spec in (PERSONS, UNITS, GEO)}
+    readers = {PERSONS.name: iter_persons, UNITS.name: iter_units, GEO.name: iter_geo}
     rows = {
-        "persons": _spill(
-            iter_persons(paths["persons"], chunk_bytes),
-            lambda p: p["RTYPE"].to_numpy() == PERSON_IN_HOUSING_UNIT,
-            PERSON_SPILL,
-            work.persons,
-            buckets,
-            prints[PERSONS.name],
-        ),
-        "units": _spill(
-            iter_units(paths["units"], chunk_bytes),
-            occupied_mask,
-            UNIT_SPILL,
-            work.units,
-            buckets,
-            prints[UNITS.name],
-        ),
-        "geo": _spill(
-            iter_geo(paths["geo"], chunk_bytes),
-            lambda g: np.ones(len(g), dtype=bool),
-            GEO_SPILL,
-            work.geo,
-            buckets,
-            prints[GEO.name],
-        ),
-    }  # fmt: skip
+        name: _spill(
+            read(paths[name], chunk_bytes), name, _target(work, name), buckets, prints[name]
+        )
+        for name, read in readers.items()
+    }
     digests = {name: fingerprint.hexdigest() for name, fingerprint in prints.items()}
     for name, digest in digests.items():
         record_fingerprint(work.fingerprint_dir, name, digest)
     atomic_write_text(work.meta, json.dumps({"buckets": buckets}))
     return PHSafeSpill(buckets, rows, digests)
+
+
+def default_buckets(persons_path: str | Path) -> int:
+    """Buckets of about :data:`BUCKET_PERSONS` persons (the file's size says how many)."""
+    return max(1, math.ceil(estimated_rows(persons_path, PERSONS) / BUCKET_PERSONS))
+
+
+def _start_spill(work: PHSafeWork) -> None:
+    """Remove what a previous attempt spilled, counted or fingerprinted."""
+    for name in ("buckets", "counts"):
+        if (work.root / name).exists():
+            shutil.rmtree(work.root / name)
+    if work.fingerprint_dir.exists():
+        shutil.rmtree(work.fingerprint_dir)
+    work.root.mkdir(parents=True, exist_ok=True)
+
+
+class _BucketTap:
+    """One file in engine form from validation's read, spilled by bucket as :func:`_spill`
+    spills it (the same rows in the same order): chunks on the validation threads, appended
+    in file order (the bucket files open while this file is read: one file at a time)."""
+
+    def __init__(self, one_pass: OnePass, name: str) -> None:
+        self.one_pass = one_pass
+        self.name = name
+        self.rows = 0
+        self.complete = False
+        self.appenders: list[RawAppender] = []
+
+    def chunk(self, columns: Mapping[str, np.ndarray]) -> Callable[[], None]:
+        spec = _SPECS[self.name]
+        frame = pd.DataFrame(
+            {c.name: np.asarray(columns[c.name]).astype(c.dtype) for c in spec.columns},
+            copy=False,
+        )
+        parts = _bucket_parts(frame, self.name, self.one_pass.buckets)
+        rows = len(frame)
+
+        def append() -> None:
+            if not self.appenders:
+                target = _target(self.one_pass.work, self.name)
+                self.appenders = [target(k).appender() for k in range(self.one_pass.buckets)]
+                for appender in self.appenders:
+                    appender.__enter__()
+            for k, part in parts:
+                self.appenders[k].append(part)
+            self.rows += rows
+
+        return append
+
+    def done(self, complete: bool) -> None:
+        for appender in self.appenders:
+            appender.__exit__(None, None, None)
+        self.appenders = []
+        self.complete = complete
+
+
+@dataclass
+class OnePass:
+    """Validation's read of persons, units and geo, made to also spill them by household
+    bucket (:func:`spill_phsafe`'s spill, the same files): the engine reads the inputs once
+    and counts the very records validated and fingerprinted.
+
+    Give :meth:`taps` to :func:`das.validation.validate_phsafe`; then :meth:`outcome` with its
+    report: the spill's summary when the inputs are valid and every record was spilled, else
+    None — and nothing is left in the work folder (the spill is never used when validation
+    fails: nothing is drawn from it).
+    """
+
+    work: PHSafeWork
+    buckets: int
+    _taps: dict[str, _BucketTap] = field(default_factory=dict)
+
+    def taps(self) -> dict[str, EngineTap]:
+        """Spec name → the tap of that file (for ``validate_phsafe(taps=...)``)."""
+        _start_spill(self.work)
+        self._taps = {name: _BucketTap(self, name) for name in _SPECS}
+        return dict(self._taps)
+
+    def outcome(self, report: ValidationReport) -> PHSafeSpill | None:
+        """The spill's summary (fingerprints: validation's) if ``report`` is ok and every file
+        was taken whole; else the spill is removed and None is returned."""
+        digests = {name: report.fingerprints.get(name) for name in _SPECS}
+        taps = self._taps
+        complete = report.ok and taps and all(t.complete for t in taps.values())
+        if not complete or any(digest is None for digest in digests.values()):
+            self.discard()
+            return None
+        kept = {name: str(digest) for name, digest in digests.items()}
+        for name, digest in kept.items():
+            record_fingerprint(self.work.fingerprint_dir, name, digest)
+        atomic_write_text(self.work.meta, json.dumps({"buckets": self.buckets}))
+        rows = {name: tap.rows for name, tap in taps.items()}
+        return PHSafeSpill(self.buckets, rows, kept)
+
+    def discard(self) -> None:
+        """Remove what the pass made (a failed validation's spill)."""
+        for tap in self._taps.values():
+            tap.done(False)
+        _start_spill(self.work)
 
 
 def _frame(columns: RawColumns, rtype: int | None) -> pd.DataFrame:

@@ -12,9 +12,12 @@ one place where a release is published.
 3. the run folder, its lease, the sealed copy, the staging folder, the audit, the local log;
    on an existing Dask cluster, every worker must see the records and the run folder.
 
-Then the flow reads the records twice (validation, and the pass that feeds the measurement),
-and :meth:`ReleaseRun.authorize` proves they are the same records (canonical fingerprints),
-binds the run to that dataset in the ledger and counts its spend — under an approval in
+Then the flow reads the records — once: validation's read also feeds the measurement (the
+engine's spill), or, under ``--skip-validation``, the engine reads them alone — and
+:meth:`ReleaseRun.authorize` proves no record file changed while the run ran (inode, size,
+times, from before the read) and that the records measured are the records validated
+(canonical fingerprints; a resume may read again), binds the run to that dataset in the
+ledger and counts its spend — under an approval in
 production (a deployment run waits for one), or the operator's accepted cumulative total
 outside it. :meth:`ReleaseRun.start_drawing` comes after, and every draw is charged and
 recorded in the ledger (:class:`das.runs.noise_store.DrawLedger`). :meth:`ReleaseRun.publish`
