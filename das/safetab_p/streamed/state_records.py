@@ -125,3 +125,29 @@ def expand_records(
     offsets = np.repeat(starts - (np.cumsum(lengths) - lengths), lengths)
     columns = incidence.indices[offsets + np.arange(total, dtype=np.int64)].astype(np.int64)
     return records, columns
+
+
+def geounit_combinations(piece: Piece, first: int, last: int) -> sp.csr_matrix:
+    """Records of a piece counted by (geounit of the state, combination): a sparse
+    ((last - first) × combinations) int64 matrix; the aggregate every level's counts come
+    from (a record reaches a level's groups through its geounit and its combination only)."""
+    return sp.csr_matrix(
+        (np.ones(piece.geounit.size, dtype=np.int64), (piece.geounit - first, piece.combination)),
+        shape=(last - first, piece.n_combinations),
+    )  # duplicates summed: counts
+
+
+def entity_rows(local: np.ndarray, n_rows: int) -> sp.csr_matrix:
+    """The 0/1 (rows × geounits) matrix adding each geounit's row into its entity's row
+    ``local[geounit]`` (:func:`local_entities`)."""
+    geounits = np.arange(local.size, dtype=np.int64)
+    ones = np.ones(local.size, dtype=np.int64)
+    return sp.csr_matrix((ones, (local, geounits)), shape=(n_rows, local.size))
+
+
+def add_sparse(block: np.ndarray, counts: sp.spmatrix) -> None:
+    """Add a sparse (rows × columns) matrix into ``block``, its dense row-major copy."""
+    counts = counts.tocoo()
+    counts.sum_duplicates()
+    n_columns = counts.shape[1]
+    block[counts.row.astype(np.int64) * n_columns + counts.col] += counts.data

@@ -17,7 +17,9 @@ from das.safetab_p.iterations import position_incidence
 from das.safetab_p.spill import PASSES, CombinationCodec, WorkFolder, load_geography
 from das.safetab_p.streamed.key_sets import LevelSpace, level_spaces
 from das.safetab_p.streamed.state_records import (
-    expand_records,
+    add_sparse,
+    entity_rows,
+    geounit_combinations,
     local_entities,
     part_states,
     parts_folder,
@@ -35,10 +37,11 @@ def count_state_totals(
     """True totals of every group a state's records reach, at every tabulated level.
 
     Writes ``levels/<level>/parts/total-SS.npy`` ((entities reached × iterations) int64) and
-    ``entities-SS.npy`` (which entities) for each level of the state's pass. Per piece of
-    records and per (iteration level, geography filter): each record is expanded to its
-    combination's iterations once, then counted into every level of that filter by
-    ``bincount`` over (entity · iterations + iteration).
+    ``entities-SS.npy`` (which entities) for each level of the state's pass. Aggregated before
+    expanded: per piece of records, the counts of each (geounit, combination) — a sparse
+    matrix C — are multiplied by each (iteration level, geography filter)'s incidence of the
+    combinations (C · I: geounit × iteration), and the geounits' rows added up into each
+    level's entities (A · C · I), in sparse integer arithmetic: a record is never expanded.
     """
     geography = load_geography(work, pass_of_state(state))
     if geography is None:
@@ -46,8 +49,12 @@ def count_state_totals(
     spaces = level_spaces(config, specs, geography)
     codec = CombinationCodec(specs)
     reached = {space.partition: state_range(space, geography, state)[2] for space in spaces}
-    local = {
-        space.partition: local_entities(space, geography, state, reached[space.partition])
+    first, last = geography.state_geounits(state)
+    to_entity = {  # geounit of the state → the level's entity reached (the last row: none)
+        space.partition: entity_rows(
+            local_entities(space, geography, state, reached[space.partition])[0],
+            reached[space.partition].size + 1,
+        )
         for space in spaces
     }
     blocks = {  # one dummy entity row at the end for records outside every entity
@@ -56,19 +63,15 @@ def count_state_totals(
     }
     keys = list(dict.fromkeys(space.key for space in spaces))
     for piece in record_pieces(work, state, codec):
+        counts = geounit_combinations(piece, first, last)
         for key in keys:
             same_key = [space for space in spaces if space.key == key]
             incidence = position_incidence(
                 specs, piece.positions, piece.qspan_positions, same_key[0].iterations
             )
-            records, columns = expand_records(incidence, piece.combination)
+            by_geounit = (counts @ incidence.astype(np.int64)).tocsr()
             for space in same_key:
-                geounit_local, first = local[space.partition]
-                record_entity = geounit_local[piece.geounit - first]
-                group = record_entity[records] * space.n_columns + columns
-                block = blocks[space.partition]
-                block += np.bincount(group, minlength=block.size)
-            del records, columns
+                add_sparse(blocks[space.partition], to_entity[space.partition] @ by_geounit)
     for space in spaces:
         folder = parts_folder(work, space)
         folder.mkdir(parents=True, exist_ok=True)
