@@ -5,6 +5,8 @@ from __future__ import annotations
 
 import hashlib
 import io
+import math
+import threading
 from fractions import Fraction
 from pathlib import Path
 
@@ -41,6 +43,52 @@ CHUNK = 1 << 17  # the samplers' candidates per round
 def _joined(blocks) -> np.ndarray:
     parts = list(blocks)
     return np.concatenate(parts) if parts else np.zeros(0, dtype=np.int64)
+
+
+@pytest.mark.parametrize("kind", ["gaussian", "geometric"])
+def test_secure_blocks_are_drawn_on_several_threads_and_fit_the_pmf(
+    kind: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A secure vector's blocks are drawn on worker threads (independent exact draws, laid in
+    order): every block has its size, and the whole fits the exact pmf."""
+    from scipy import stats
+
+    from das.privacy.distributions import DiscreteGaussian, TwoSidedGeometric
+
+    monkeypatch.setattr(noise, "sampler_threads", lambda: 3)
+    threads: set[str] = set()
+    fill = noise._fill
+
+    def recording(*args, **kwargs):
+        threads.add(threading.current_thread().name)
+        return fill(*args, **kwargs)
+
+    monkeypatch.setattr(noise, "_fill", recording)
+    size, block = 150_007, 10_000
+    if kind == "gaussian":
+        blocks = list(noise.discrete_gaussian_blocks("31.4", size, block=block))
+        dist = DiscreteGaussian("31.4")
+    else:
+        blocks = list(noise.geometric_blocks("5.6", size, block=block))
+        dist = TwoSidedGeometric("5.6")
+    assert [b.size for b in blocks] == [block] * 15 + [7] and all(
+        b.dtype == np.int64 for b in blocks
+    )
+    assert len(threads) > 1 and all(name.startswith("das-noise") for name in threads)
+    draws = np.concatenate(blocks)
+    values, counts = np.unique(draws, return_counts=True)
+    inner = np.abs(values) <= 3 * math.sqrt(dist.variance)  # cells with thousands expected
+    expected = np.asarray(dist.pmf(values[inner])) * size
+    observed = counts[inner]
+    assert stats.chisquare(observed, expected * observed.sum() / expected.sum()).pvalue > 1e-4
+    assert abs(draws.var() / dist.variance - 1) < 0.05
+
+
+def test_seeded_blocks_stay_one_sequence(monkeypatch: pytest.MonkeyPatch) -> None:
+    """A seeded stream is never split over threads: its release stays the same."""
+    monkeypatch.setattr(noise, "sampler_threads", lambda: 4)
+    blocks = _joined(noise.discrete_gaussian_blocks("2.3", 50_000, seeded_rng(5), block=1_000))
+    assert np.array_equal(blocks, noise.discrete_gaussian("2.3", 50_000, rng=seeded_rng(5)))
 
 
 @pytest.mark.parametrize("size", [0, 1, 17, CHUNK - 1, CHUNK + 1, 3 * CHUNK + 5])
