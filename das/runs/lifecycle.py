@@ -35,6 +35,7 @@ from __future__ import annotations
 import contextlib
 import logging
 import shutil
+import time
 from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -46,6 +47,7 @@ from das.privacy.mechanisms import Budget
 from das.runs.audit import AuditRecorder, md_escape
 from das.runs.certificate import certify
 from das.runs.cleanup import forget_records
+from das.runs.curator_log import curator_log
 from das.runs.faults import InfrastructureFault, explain, resume_hint
 from das.runs.folder import RunFolder
 from das.runs.ledger import (
@@ -226,8 +228,15 @@ class ReleaseRun:
         progress = self.progress
         if progress is not None:
             progress.begin(name, total)
+        wall, cpu = time.perf_counter(), time.process_time()
         with self.audit.stage(name):
             yield
+        wall, cpu = time.perf_counter() - wall, time.process_time() - cpu
+        # both cores busy? (the run's own log: how a stage used the machine, for its operator)
+        curator_log(
+            self.folder, "stage %s: %.1f s, %.1f CPU-s in the run's process (%.2f cores)",
+            name, wall, cpu, cpu / wall if wall > 0 else 0.0,
+        )  # fmt: skip
         if progress is not None:
             progress.end(name, skipped=skipped)
 
