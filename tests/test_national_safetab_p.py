@@ -23,7 +23,7 @@ from das.runs.noise_store import NoiseStore, seeded_streams
 from das.safetab_p import spill
 from das.safetab_p.engine import run_safetab_p, write_release
 from das.safetab_p.iterations import code_positions
-from das.safetab_p.spill import CombinationCodec
+from das.safetab_p.spill import _SORTING_NETWORK_8, CombinationCodec
 from das.safetab_p.streamed import key_sets, state_records, task_groups
 from das.specs.config import SafeTabPConfig, load_safetab_p_config
 from das.specs.race_specs import load_race_specs
@@ -214,6 +214,18 @@ def test_combination_codec_round_trips_positions() -> None:
     # equal words <=> equal multisets (order of the codes within a record does not matter)
     lo2, hi2 = codec.pack(codes[:, ::-1], qspan)
     assert np.array_equal(lo, lo2) and np.array_equal(hi, hi2)
+
+
+def test_the_codecs_sorting_network_sorts_every_input() -> None:
+    """The eight race values are sorted by a network of minima and maxima: by the 0-1
+    principle it sorts every input if it sorts all 256 inputs of zeros and ones."""
+    bits = (np.arange(256)[:, None] >> np.arange(8)) & 1
+    values = [bits[:, k].astype(np.uint16) for k in range(8)]
+    for first, second in _SORTING_NETWORK_8:
+        low = np.minimum(values[first], values[second])
+        values[second] = np.maximum(values[first], values[second])
+        values[first] = low
+    assert np.array_equal(np.stack(values, axis=1), np.sort(bits, axis=1))
 
 
 def test_state_groups_split_the_states_by_their_public_blocks(

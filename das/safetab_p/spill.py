@@ -38,7 +38,7 @@ from __future__ import annotations
 
 import json
 import shutil
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -71,6 +71,11 @@ SPILL_COLUMNS = {"geounit": np.int32, "lo": np.uint64, "hi": np.uint64, "sexage"
 N_SEXAGE = 2 * N_AGE23
 _MAX_CODE = 9_999
 _SLOTS = len(RACE_COLUMNS)
+# Batcher's odd-even merge sort of 8 values: 19 compare-exchanges (i < j: min to i, max to j).
+_SORTING_NETWORK_8 = (
+    (0, 1), (2, 3), (4, 5), (6, 7), (0, 2), (1, 3), (4, 6), (5, 7), (1, 2), (5, 6),
+    (0, 4), (1, 5), (2, 6), (3, 7), (2, 4), (3, 5), (1, 2), (3, 4), (5, 6),
+)  # fmt: skip
 
 
 # ---------------------------------------------------------------------------- combinations
@@ -106,8 +111,23 @@ class CombinationCodec:
 
     def pack(self, race_codes: np.ndarray, qspan: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
         """(lo, hi) of each record; ``race_codes`` (n, 8) with 0 for Null, ``qspan`` (n,)."""
-        race = np.sort(self._values(race_codes), axis=1)
-        fields = [*(race[:, k] for k in range(race.shape[1])), self._values(qspan)]
+        race = np.asarray(race_codes)
+        return self.pack_columns([race[:, k] for k in range(race.shape[1])], qspan)
+
+    def pack_columns(
+        self, race_columns: Sequence[np.ndarray], qspan: np.ndarray
+    ) -> tuple[np.ndarray, np.ndarray]:
+        """:meth:`pack` of the race codes given as one array per slot (no (n, 8) copy): the
+        eight values sorted by a sorting network of element-wise minima and maxima (the same
+        order ``np.sort`` gives), then laid end to end."""
+        values = [self._values(column).astype(np.uint16) for column in race_columns]
+        for first, second in _SORTING_NETWORK_8 if len(values) == _SLOTS else ():
+            low = np.minimum(values[first], values[second])
+            np.maximum(values[first], values[second], out=values[second])
+            values[first] = low
+        if len(values) != _SLOTS:
+            values = list(np.sort(np.stack(values, axis=1), axis=1).T)
+        fields = [*values, self._values(qspan)]
         lo = np.zeros(len(qspan), dtype=np.uint64)
         hi = np.zeros(len(qspan), dtype=np.uint64)
         for index, value in enumerate(fields):
@@ -348,9 +368,13 @@ class _PersonSpiller:
         """State FIPS → the spill columns of the chunk's records in that state (in file
         order). Raises :class:`RaceCodeBoundError` (no record named) for a record with more
         race codes than the config allows."""
-        race = np.column_stack([np.asarray(chunk[name]) for name in RACE_COLUMNS])
-        require_race_code_bound(race, self.config.max_race_codes)
-        person_keys = np.zeros(race.shape[0], dtype=np.int64)
+        race = [np.asarray(chunk[name]) for name in RACE_COLUMNS]
+        codes = np.zeros(race[0].size, dtype=np.int8)
+        for column in race:
+            codes += column > 0
+        if codes.size and int(codes.max()) > self.config.max_race_codes:
+            require_race_code_bound(np.stack(race, axis=1), self.config.max_race_codes)
+        person_keys = np.zeros(race[0].size, dtype=np.int64)
         for name, factor in zip(GEOGRAPHY_COLUMNS, BLOCK_FACTORS, strict=True):
             person_keys += np.asarray(chunk[name]).astype(np.int64) * factor
         if self.sorted_keys.size == 0:
@@ -360,8 +384,11 @@ class _PersonSpiller:
         known = self.sorted_keys[position] == person_keys
         if not known.any():
             return {}
-        rows = np.flatnonzero(known)
-        lo, hi = self.codec.pack(race[rows], np.asarray(chunk["QSPAN"])[rows])
+        every = bool(known.all())  # the usual case: no copy of the chunk's columns
+        rows = slice(None) if every else np.flatnonzero(known)
+        lo, hi = self.codec.pack_columns(
+            [column[rows] for column in race], np.asarray(chunk["QSPAN"])[rows]
+        )
         columns = {
             "geounit": self.block_geounit[position[rows]],
             "lo": lo,
@@ -370,7 +397,10 @@ class _PersonSpiller:
         }
         state = np.asarray(chunk["TABBLKST"])[rows].astype(np.int64)
         by_state = {}
-        for fips in np.unique(state).tolist():  # at most 52 per chunk
+        present = np.flatnonzero(np.bincount(state, minlength=1))  # states: 0..99
+        if present.size == 1:
+            return {int(present[0]): columns}
+        for fips in present.tolist():  # at most 52 per chunk
             mine = state == fips
             by_state[int(fips)] = {name: values[mine] for name, values in columns.items()}
         return by_state
