@@ -20,11 +20,12 @@ An :class:`EngineTap` receives those engine-form chunks too: the engine's spill 
 the very chunks validated and fingerprinted (one read of the input, :mod:`das.safetab_p.spill`,
 :mod:`das.phsafe.streamed`).
 
-Both cores: this thread reads the file; worker threads parse chunks (each in one block, the
-code columns dictionary-encoded by the parser once the first chunk shows they hold few
-values) and check them; what the workers found is applied in file order, so the report is the
-same with one worker or many. Memory stays bounded by a few chunks of strings (two per worker
-at most) plus the kept integer columns.
+Both cores: this thread reads the file; worker threads parse chunks (each in one block) and
+check them (the code columns dictionary-encoded once the first chunk shows they hold few
+values: every rule and conversion of theirs then runs on their distinct values); what the
+workers found is applied in file order, so the report is the same with one worker or many.
+Memory stays bounded by a few chunks of strings (two per worker at most) plus the kept
+integer columns.
 """
 
 from __future__ import annotations
@@ -79,18 +80,19 @@ ChunkHook = Callable[["RawChunk", dict[str, np.ndarray]], Callable[[], None] | N
 
 
 class RawChunk:
-    """One chunk of a file in raw form: its spec columns as Arrow strings, the file's own text
-    (some parsed dictionary-encoded: the same strings), and the row number of its first
-    record (row 1 = the first record after the header).
+    """One chunk of a file in raw form: its spec columns as Arrow strings, the file's own text,
+    and the row number of its first record (row 1 = the first record after the header); the
+    columns named in ``encode`` are dictionary-encoded when first used (:meth:`view`).
 
     What validation reads, without a pandas frame of the chunk's strings (a copy of every
     string); pandas only for the few rows a report or the GX sample keeps. ``index`` is the
     chunk's row numbers, as a raw frame's index (:func:`das.io.tables.iter_raw`).
     """
 
-    def __init__(self, table: pa.Table, first_row: int) -> None:
+    def __init__(self, table: pa.Table, first_row: int, encode: Collection[str] = ()) -> None:
         self.table = table
         self.first_row = first_row
+        self.encode = frozenset(encode)
         self.index = pd.RangeIndex(first_row, first_row + table.num_rows, name="row")
         self._views: dict[str, ColumnView] = {}
 
@@ -110,7 +112,8 @@ class RawChunk:
         conversion learns, e.g. its distinct values, the next one reuses)."""
         view = self._views.get(name)
         if view is None:
-            view = self._views[name] = ColumnView(self.table.column(name))
+            view = ColumnView(self.table.column(name), encode=name in self.encode)
+            self._views[name] = view
         return view
 
     def column(self, name: str) -> pa.ChunkedArray:
@@ -193,7 +196,7 @@ class ColumnView:
     """One chunk's column; rules and conversions run once per *distinct* value when it has few.
 
     Codes (ages, race codes, relationships ...) repeat millions of times in a chunk: they are
-    dictionary-encoded (by the parser, :func:`scan_file`; or here, for a general regex), each
+    dictionary-encoded (as :func:`scan_file` asks, or for a general regex), each
     rule and conversion is evaluated on the distinct values and spread back by index (the
     same verdicts as value by value: every function given to :meth:`per_value` is one). Digit
     rules and set membership of other columns are cheap per row and stay so.
@@ -201,10 +204,12 @@ class ColumnView:
 
     _SAMPLE = 4_096
 
-    def __init__(self, array: pa.ChunkedArray) -> None:
+    def __init__(self, array: pa.ChunkedArray, encode: bool = False) -> None:
         self._encoded: tuple[np.ndarray, pa.ChunkedArray] | bool | None = False  # False: not tried
         self._array: pa.ChunkedArray | None = None
         self._ints_of_distinct: dict[str | None, np.ndarray] = {}
+        if encode and not pa.types.is_dictionary(array.type) and array.null_count == 0:
+            array = pa.chunked_array([pc.dictionary_encode(array.combine_chunks())])
         if pa.types.is_dictionary(array.type):
             combined = array.combine_chunks()  # one dictionary for the chunk
             if combined.indices.null_count == 0:
@@ -445,12 +450,12 @@ class _Chunk:
     converted: dict[str, np.ndarray]
     fingerprint: RecordFingerprint | None
     commits: list[Callable[[], None]]
-    many_values: list[str]  # dictionary-encoded columns with too many distinct values
+    many_values: list[str]  # encoded columns with too many distinct values
 
 
 def few_values(table: pa.Table, columns: Collection[str], sample: int = 4_096) -> list[str]:
     """Those of ``columns`` whose first ``sample`` values hold at most an eighth as many
-    distinct ones: the parser dictionary-encodes them in the next chunks (a column found to
+    distinct ones: they are dictionary-encoded in the next chunks (a column found to
     have many more is dropped again), so each rule and conversion runs on their distinct
     values."""
     if table.num_rows < sample:
@@ -531,7 +536,7 @@ def scan_file(
         return scan  # the rows cannot be read against this layout: the header failure says why
 
     column_rules = suite.of_types(COLUMN_TYPES)
-    # codes (a general regex or a set of values checks them): dictionary-encoded by the parser
+    # codes (a general regex or a set of values checks them): dictionary-encoded
     # when they hold few values; digit rules (numbers, identifiers) are cheap row by row
     few_valued = {
         e["kwargs"]["column"]
@@ -613,16 +618,16 @@ def scan_file(
             commit()
 
     rows_read = 0
-    dictionary: set[str] = set()  # columns the parser dictionary-encodes, after the first chunk
+    dictionary: set[str] = set()  # columns dictionary-encoded, after the first chunk
     parsing: deque[tuple[pa.Buffer | pa.Table, Future[pa.Table | None]]] = deque()
     pending: deque[Future[_Chunk]] = deque()
     workers = scan_workers() if workers is None else max(1, workers)
 
-    def parse(source: RawSource, piece: pa.Buffer | pa.Table, encode: tuple[str, ...]):
+    def parse(source: RawSource, piece: pa.Buffer | pa.Table):
         """A worker's parse of one piece (rows unknown yet: None on an error, which the
         scanning thread parses again with the right row numbers to report it)."""
         try:
-            return source.parse(piece, 1, encode, threads=False)
+            return source.parse(piece, 1, threads=False)
         except InputFormatError:
             return None
 
@@ -636,7 +641,7 @@ def scan_file(
         del piece
         if not rows_read:
             dictionary.update(few_values(table, few_valued))
-        frame = RawChunk(table, rows_read + 1)
+        frame = RawChunk(table, rows_read + 1, dictionary)
         rows_read += len(frame)
         pending.append(pool.submit(analyze, frame))
         while len(pending) > workers:  # bounded: a few chunks in memory at a time
@@ -646,7 +651,7 @@ def scan_file(
         try:
             source = RawSource(path, spec)
             for piece in source.pieces(chunk_bytes):
-                parsing.append((piece, pool.submit(parse, source, piece, tuple(dictionary))))
+                parsing.append((piece, pool.submit(parse, source, piece)))
                 del piece
                 while len(parsing) > workers:
                     next_parsed(source)
