@@ -106,6 +106,7 @@ def _grf_c(
         return None, set()
     key, valid = block_keys(scan.kept)
     states = {int(s) for s in np.unique(scan.kept["TABBLKST"][valid])}
+    scan.kept = {}  # 8 M blocks' columns at national size: not held while persons are read
     return np.unique(key[valid]), states
 
 

@@ -690,6 +690,7 @@ def scan_file(
         name: (np.concatenate(parts) if parts else np.zeros(0, dtype=np.int64))
         for name, parts in kept.items()
     }
+    kept.clear()  # (the chunks' copies: a tap's done may need the memory)
     frame = sample.frame(spec.column_names)
     # GX sees the header as written: the suite's columns with their text, others blanked.
     scan.sample = pd.DataFrame(
