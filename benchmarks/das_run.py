@@ -97,13 +97,15 @@ def floor(path: Path) -> dict[str, Any]:
     return {"rows": int(rows), "wall_s": float(wall), "cpu_s": float(cpu), "load": load}
 
 
-def das_run(product: str, config: Path, data: Path, folder: Path) -> dict[str, Any]:
+def das_run(
+    product: str, config: Path, data: Path, folder: Path, checkout: Path = REPO
+) -> dict[str, Any]:
     """``das run`` as typed, in a state folder and ledger of its own under ``folder``."""
     folder.mkdir(parents=True)
     env = {key: value for key, value in os.environ.items() if not key.startswith("DAS_")}
     env.update(DAS_STATE_DIR=str(folder / "state"), DAS_LEDGER_DIR=str(folder / "ledger"))
     command = [
-        str(REPO / ".venv" / "bin" / "das"), "run", product, "--config", str(config),
+        str(checkout / ".venv" / "bin" / "das"), "run", product, "--config", str(config),
         "--data", str(data), "--output", str(folder / "out"), "--run-id", "bench",
     ]  # fmt: skip
     load = _load()
@@ -111,7 +113,7 @@ def das_run(product: str, config: Path, data: Path, folder: Path) -> dict[str, A
     started = time.time()
     with (folder / "console.txt").open("w") as console:
         process = subprocess.Popen(
-            command, cwd=REPO, env=env, stdout=console, stderr=subprocess.STDOUT,
+            command, cwd=checkout, env=env, stdout=console, stderr=subprocess.STDOUT,
             start_new_session=True,
         )  # fmt: skip
         sampler = TreeSampler(process.pid)
@@ -130,6 +132,9 @@ def das_run(product: str, config: Path, data: Path, folder: Path) -> dict[str, A
     if code != 0:
         tail = (folder / "console.txt").read_text().splitlines()[-5:]
         raise SystemExit(f"das run {product} failed ({code}):\n" + "\n".join(tail))
+    if not stages:  # a checkout from before the run log had them: the audit's wall times
+        timings = json.loads((folder / "out" / "audit.json").read_text())["timings"]
+        stages = {name: {"wall_s": seconds, "cpu_s": None} for name, seconds in timings.items()}
     return {
         "wall_s": ended - started,
         "cpu_s": cpu,
@@ -189,6 +194,10 @@ def main() -> None:
     parser.add_argument("--repeat", type=int, default=3, help="runs of each side (median)")
     parser.add_argument("--keep", action="store_true", help="keep a synthesized input")
     parser.add_argument("--json", type=Path, help="also write the figures to this file")
+    parser.add_argument(
+        "--checkout", type=Path, default=REPO,
+        help="the checkout whose .venv/bin/das runs (default: this one; e.g. a copy of main)",
+    )  # fmt: skip
     args = parser.parse_args()
     if (args.data is None) == (args.persons is None):
         parser.error("give --persons N (synthesized) or --data DIR")
@@ -201,7 +210,8 @@ def main() -> None:
             floors, attempts = [], []
             for attempt in range(args.repeat):  # alternate, so both sides see the same hours
                 floors.append(floor(person_file))
-                attempts.append(das_run(args.product, config, data, work / f"{name}{attempt}"))
+                folder = work / f"{name}{attempt}"
+                attempts.append(das_run(args.product, config, data, folder, args.checkout))
                 shutil.rmtree(work / f"{name}{attempt}", ignore_errors=True)
             results["passes"][name or args.product] = {
                 "input_bytes": person_file.stat().st_size, "floors": floors, "runs": attempts,
@@ -239,6 +249,9 @@ def report(results: dict[str, Any]) -> None:
         before = runs[len(runs) // 2]["before_first_stage_s"]
         print(f"    stages of a run: before the first stage (start-up) {before:.1f} s")
         for stage, figure in stages.items():
+            if figure["cpu_s"] is None:
+                print(f"      {stage:<12} {figure['wall_s']:7.1f} s")
+                continue
             cores = figure["cpu_s"] / figure["wall_s"] if figure["wall_s"] > 0 else 0.0
             print(f"      {stage:<12} {figure['wall_s']:7.1f} s {figure['cpu_s']:8.1f} CPU-s "
                   f"({cores:.2f} cores)")  # fmt: skip

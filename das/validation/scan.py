@@ -24,8 +24,8 @@ Both cores: this thread reads the file; worker threads parse chunks (each in one
 check them (the code columns dictionary-encoded once the first chunk shows they hold few
 values: every rule and conversion of theirs then runs on their distinct values); what the
 workers found is applied in file order, so the report is the same with one worker or many.
-Memory stays bounded by a few chunks of strings (two per worker at most) plus the kept
-integer columns.
+Memory stays bounded by a few chunks of strings (about one and a half per worker) plus the
+kept integer columns.
 """
 
 from __future__ import annotations
@@ -653,7 +653,9 @@ def scan_file(
             for piece in source.pieces(chunk_bytes):
                 parsing.append((piece, pool.submit(parse, source, piece)))
                 del piece
-                while len(parsing) > workers:
+                # one parse queued behind the checks keeps the workers busy: more chunks in
+                # flight would only hold memory (each ~0.3 GB of strings and conversions)
+                while len(parsing) > max(1, workers // 2):
                     next_parsed(source)
             while parsing:
                 next_parsed(source)
