@@ -8,6 +8,7 @@ import time
 from pathlib import Path
 
 import pandas as pd
+import pyarrow as pa
 import pytest
 
 import das.validation.phsafe as phsafe_validation
@@ -112,3 +113,27 @@ def test_a_worker_threads_failures_wait_for_their_turn() -> None:
     (failure,) = collector.failures()
     assert failure.rows == [3, 900, 901] and failure.values == ["z", "x", "y"]
     assert failure.message == "first chunk" and failure.count == 3
+
+
+def test_phsafe_bucket_copies_are_appended_in_file_order_not_by_the_worker(
+    tmp_path: Path,
+) -> None:
+    """The integer copies of the cross-file checks are split by bucket on a worker thread and
+    appended only when the chunk's turn comes (file order), never by the worker itself."""
+    import numpy as np
+
+    from das.validation.scan import RawChunk
+
+    def chunk(first_row: int, mafids: list[int]) -> tuple[RawChunk, dict[str, np.ndarray]]:
+        table = pa.table({"MAFID": [str(m) for m in mafids]})
+        columns = {name: np.asarray(mafids, dtype=np.int64) for name in ("MAFID", "RTYPE")}
+        return RawChunk(table, first_row), columns
+
+    with phsafe_validation._BucketSpill(tmp_path, "geo", 2) as spill:
+        later = spill(*chunk(3, [10, 11]))  # the second chunk, checked first
+        assert not list(tmp_path.rglob("*.bin")) or spill.columns(0).rows() == 0
+        earlier = spill(*chunk(1, [20, 21]))
+        earlier()
+        later()
+    assert spill.columns(0).read()["row"].tolist() == [1, 3]  # MAFIDs 20, 10: file order
+    assert spill.columns(1).read()["row"].tolist() == [2, 4]

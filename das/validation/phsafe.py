@@ -279,7 +279,8 @@ class _BucketSpill:
         for appender in self._appenders:
             appender.__exit__(None, None, None)
 
-    def __call__(self, frame, columns: dict[str, np.ndarray]) -> None:
+    def __call__(self, frame, columns: dict[str, np.ndarray]) -> Callable[[], None]:
+        """Split one chunk by bucket (a worker thread); appended in file order (the commit)."""
         mafid = columns["MAFID"]
         keep = np.flatnonzero(mafid >= 0)
         bucket = mafid[keep] % self.buckets
@@ -290,19 +291,33 @@ class _BucketSpill:
             if name != "row":
                 info = np.iinfo(dtype)
                 values[name] = np.clip(columns[name], -1, info.max)
+        parts = []
         for k in range(self.buckets):  # a loop over buckets, not over rows
             part = order[bounds[k] : bounds[k + 1]]
             if part.size:
-                self._appenders[k].append({n: v[part] for n, v in values.items()})
+                parts.append((k, {n: v[part] for n, v in values.items()}))
+
+        def append() -> None:
+            for k, columns_of_bucket in parts:
+                self._appenders[k].append(columns_of_bucket)
+
+        return append
 
 
 def _both(*hooks):
-    """One chunk hook calling several."""
+    """One chunk hook calling several (their commits, in order, as one)."""
     active = [hook for hook in hooks if hook is not None]
 
     def call(frame, columns):
-        for hook in active:
-            hook(frame, columns)
+        commits = [commit for hook in active if (commit := hook(frame, columns)) is not None]
+        if not commits:
+            return None
+
+        def commit_all() -> None:
+            for commit in commits:
+                commit()
+
+        return commit_all
 
     return call
 
