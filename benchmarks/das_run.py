@@ -39,6 +39,7 @@ a national SafeTab-P text input takes 26 GB, its run folder about half as much a
 from __future__ import annotations
 
 import argparse
+import datetime as dt
 import json
 import os
 import re
@@ -57,7 +58,7 @@ sys.path.insert(0, str(REPO / "benchmarks"))
 from national import PH_CONFIGS, STP_SPECS, TreeSampler  # noqa: E402
 
 GOALS = {"safetab-p": "run ≤ 2× the floor", "phsafe": "US + PR ≤ 300 s"}
-STAGE_LINE = re.compile(r"stage (\S+): ([\d.]+) s, ([\d.]+) CPU-s")
+STAGE_LINE = re.compile(r"^(\S+ \S+) INFO das\.curator: stage (\S+): ([\d.]+) s, ([\d.]+) CPU-s")
 
 
 def _load() -> float:
@@ -128,7 +129,13 @@ def das_run(
     stages = {}
     for line in log.read_text().splitlines() if log.is_file() else []:
         if hit := STAGE_LINE.search(line):
-            stages[hit.group(1)] = {"wall_s": float(hit.group(2)), "cpu_s": float(hit.group(3))}
+            ended_at = dt.datetime.fromisoformat(hit.group(1)).timestamp()
+            wall = float(hit.group(3))
+            stages[hit.group(2)] = {
+                "wall_s": wall,
+                "cpu_s": float(hit.group(4)),
+                "peak_bytes": sampler.peak(ended_at - wall, ended_at),
+            }
     if code != 0:
         tail = (folder / "console.txt").read_text().splitlines()[-5:]
         raise SystemExit(f"das run {product} failed ({code}):\n" + "\n".join(tail))
@@ -254,7 +261,7 @@ def report(results: dict[str, Any]) -> None:
                 continue
             cores = figure["cpu_s"] / figure["wall_s"] if figure["wall_s"] > 0 else 0.0
             print(f"      {stage:<12} {figure['wall_s']:7.1f} s {figure['cpu_s']:8.1f} CPU-s "
-                  f"({cores:.2f} cores)")  # fmt: skip
+                  f"({cores:.2f} cores), peak {figure['peak_bytes'] / 2**30:.2f} GiB")  # fmt: skip
     if len(results["passes"]) > 1:
         print(f"  all passes: das run {total_run:.1f} s, floor {total_floor:.1f} s, "
               f"ratio {total_run / total_floor:.2f}×")  # fmt: skip

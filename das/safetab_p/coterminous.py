@@ -57,24 +57,28 @@ def coterminous_sets(entities: Sequence[GeographyEntities]) -> pd.DataFrame:
     weights = np.random.default_rng(20200401).integers(0, 2**63, n_blocks, dtype=np.uint64)
     offsets = np.cumsum([0, *(e.size for e in entities)])
     # (entity, block) pairs of every level, int32 (8 M blocks × 6 levels at national size),
-    # ordered by entity then block through one int64 key (each pair is unique).
+    # ordered by entity then block. Level by level (a level's entities are a range of their
+    # own, after the previous level's): its pairs come in block order, so a stable sort by
+    # entity orders them, with temporaries of one level, not of all six (0.9 GB less).
+    n_entities = int(offsets[-1])
+    fingerprint = np.zeros(n_entities, dtype=np.uint64)
     entity_parts, block_parts = [], []
     for offset, level in zip(offsets, entities, strict=False):  # a handful of levels
         inside = np.flatnonzero(level.block_entity >= 0)
-        entity_parts.append((level.block_entity[inside] + offset).astype(np.int32))
-        block_parts.append(inside.astype(np.int32))
+        part = level.block_entity[inside]
+        order = np.argsort(part, kind="stable")
+        part_entity = (part[order] + offset).astype(np.int32)
+        part_block = inside[order].astype(np.int32)
+        del part, order, inside
+        np.add.at(fingerprint, part_entity, weights[part_block])
+        entity_parts.append(part_entity)
+        block_parts.append(part_block)
     entity = np.concatenate(entity_parts)
     block = np.concatenate(block_parts)
     del entity_parts, block_parts
-    order = np.argsort(entity.astype(np.int64) * max(n_blocks, 1) + block)
-    entity, block = entity[order], block[order]
-    del order
-    n_entities = int(offsets[-1])
     count = np.bincount(entity, minlength=n_entities)
     start = np.cumsum(count) - count
     first = block[start]
-    fingerprint = np.zeros(n_entities, dtype=np.uint64)
-    np.add.at(fingerprint, entity, weights[block])
     signature = pd.DataFrame({"count": count, "first": first, "fp": fingerprint})
     candidate = signature.groupby(["count", "first", "fp"], sort=False).ngroup().to_numpy()
     size = np.bincount(candidate)

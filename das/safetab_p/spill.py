@@ -469,11 +469,12 @@ class _GeographyTap:
         parts, self.parts = self.parts, []
         if not complete:
             return
-        grfc = pd.DataFrame(
-            {c.name: np.concatenate([p[c.name] for p in parts]) for c in GRF_C.columns},
-            copy=False,
-        )
+        columns = {}
+        for column in GRF_C.columns:  # one column's parts freed as it is joined
+            columns[column.name] = np.concatenate([part.pop(column.name) for part in parts])
         del parts
+        grfc = pd.DataFrame(columns, copy=False)
+        del columns
         one_pass = self.one_pass
         one_pass.geography = prepare_geography(one_pass.config, grfc, one_pass.work)
         one_pass.spiller = _PersonSpiller(one_pass.config, one_pass.specs, one_pass.work)

@@ -85,9 +85,26 @@ def block_keys(columns: dict[str, np.ndarray]) -> tuple[np.ndarray, np.ndarray]:
 def _grf_c(
     context: Context, data_dir: Path, tap: EngineTap | None = None
 ) -> tuple[np.ndarray | None, set[int]]:
-    """Scan the GRF-C; return its sorted unique block keys and its states (None if unread)."""
+    """Scan the GRF-C; return its sorted unique block keys and its states (None if unread).
+
+    Each chunk's valid block keys and states are kept (a worker thread makes them, they are
+    kept in file order), not its geography columns: 8 M blocks at national size."""
     suite = load_suite("GRF-C")
     path, _ = context.locate(data_dir, GRF_C)
+    keys: list[np.ndarray] = []
+    states: set[int] = set()
+
+    def blocks(frame: RawChunk, columns: dict[str, np.ndarray]) -> Callable[[], None]:
+        key, valid = block_keys(columns)
+        valid_keys = key[valid]
+        chunk_states = {int(s) for s in np.unique(columns["TABBLKST"][valid])}
+
+        def keep() -> None:
+            keys.append(valid_keys)
+            states.update(chunk_states)
+
+        return keep
+
     scan = scan_file(
         path,
         GRF_C,
@@ -95,7 +112,7 @@ def _grf_c(
         context.collector,
         label=path.name if path else "GRF-C.txt",
         convert={name: None for name in GEOGRAPHY},
-        retain=True,
+        on_chunk=blocks,
         sample_rows=context.sample_rows,
         chunk_bytes=context.chunk_bytes,
         fingerprint=True,
@@ -104,10 +121,8 @@ def _grf_c(
     context.add_scan(suite, scan)
     if not scan.scanned:
         return None, set()
-    key, valid = block_keys(scan.kept)
-    states = {int(s) for s in np.unique(scan.kept["TABBLKST"][valid])}
-    scan.kept = {}  # 8 M blocks' columns at national size: not held while persons are read
-    return np.unique(key[valid]), states
+    every = np.concatenate(keys) if keys else np.zeros(0, dtype=np.int64)
+    return np.unique(every), states
 
 
 class _PersonChecks:
