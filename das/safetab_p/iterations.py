@@ -109,27 +109,20 @@ def combination_incidence(
     return position_incidence(specs, positions, code_positions(specs, np.asarray(qspan)), selected)
 
 
-def position_incidence(
-    specs: RaceEthnicitySpecs,
-    positions: np.ndarray,
-    qspan_positions: np.ndarray,
-    selected: IterationFilter,
-) -> sp.csr_matrix:
-    """:func:`combination_incidence` from code *positions* (:func:`code_positions`).
+@dataclass(frozen=True)
+class CombinationCodes:
+    """The race codes of m combinations as a 0/1 (m × codes) matrix (a repeated code once),
+    and how many each has: what every (iteration level, filter)'s incidence starts from, so
+    a piece of records builds it once for all of them (:func:`combination_codes`)."""
 
-    ``positions`` is (m, 8) int64: −1 for a Null slot, ``specs.n_codes`` for a code the specs
-    do not list; ``qspan_positions`` is (m,) int64 the same way. Combinations that differ
-    only in unlisted codes have the same row (an unlisted code maps to no iteration).
-    """
+    codes: sp.csr_matrix
+    n_codes: np.ndarray
+
+
+def combination_codes(specs: RaceEthnicitySpecs, positions: np.ndarray) -> CombinationCodes:
+    """:class:`CombinationCodes` of code *positions* ((m, 8), −1 for a Null slot)."""
     positions = np.asarray(positions, dtype=np.int64)
     m = positions.shape[0]
-    columns = selected.index
-    is_ethnicity = specs.is_ethnicity[columns]
-    alone = specs.alone[columns] == TRUE
-    alone_matrix = _code_iteration_matrix(specs, columns, ~is_ethnicity & alone)
-    combo_matrix = _code_iteration_matrix(specs, columns, ~is_ethnicity & ~alone)
-    ethnicity_matrix = _code_iteration_matrix(specs, columns, is_ethnicity)
-
     present = positions >= 0
     rows = np.broadcast_to(np.arange(m)[:, None], positions.shape)
     codes = sp.csr_matrix(
@@ -138,7 +131,34 @@ def position_incidence(
     )
     codes.sum_duplicates()
     codes.data[:] = 1
-    n_codes = np.asarray(codes.sum(axis=1)).ravel()
+    return CombinationCodes(codes, np.asarray(codes.sum(axis=1)).ravel())
+
+
+def position_incidence(
+    specs: RaceEthnicitySpecs,
+    positions: np.ndarray,
+    qspan_positions: np.ndarray,
+    selected: IterationFilter,
+    codes: CombinationCodes | None = None,
+) -> sp.csr_matrix:
+    """:func:`combination_incidence` from code *positions* (:func:`code_positions`).
+
+    ``positions`` is (m, 8) int64: −1 for a Null slot, ``specs.n_codes`` for a code the specs
+    do not list; ``qspan_positions`` is (m,) int64 the same way. Combinations that differ
+    only in unlisted codes have the same row (an unlisted code maps to no iteration).
+    ``codes``: :func:`combination_codes` of ``positions``, when the caller already has it.
+    """
+    if codes is None:
+        codes = combination_codes(specs, positions)
+    m = codes.codes.shape[0]
+    columns = selected.index
+    is_ethnicity = specs.is_ethnicity[columns]
+    alone = specs.alone[columns] == TRUE
+    alone_matrix = _code_iteration_matrix(specs, columns, ~is_ethnicity & alone)
+    combo_matrix = _code_iteration_matrix(specs, columns, ~is_ethnicity & ~alone)
+    ethnicity_matrix = _code_iteration_matrix(specs, columns, is_ethnicity)
+    n_codes = codes.n_codes
+    codes = codes.codes
 
     shared = (codes @ alone_matrix).tocsr()
     shared.data = shared.data == n_codes[np.repeat(np.arange(m), np.diff(shared.indptr))]

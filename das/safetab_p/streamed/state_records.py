@@ -114,19 +114,6 @@ def record_pieces(work: WorkFolder, state: int, codec: CombinationCodec) -> Iter
         )
 
 
-def expand_records(
-    incidence: sp.csr_matrix, combination: np.ndarray
-) -> tuple[np.ndarray, np.ndarray]:
-    """(record, column) pairs: each record repeated once per iteration of its combination."""
-    starts = incidence.indptr[combination].astype(np.int64)
-    lengths = incidence.indptr[combination + 1].astype(np.int64) - starts
-    total = int(lengths.sum())
-    records = np.repeat(np.arange(combination.size, dtype=np.int64), lengths)
-    offsets = np.repeat(starts - (np.cumsum(lengths) - lengths), lengths)
-    columns = incidence.indices[offsets + np.arange(total, dtype=np.int64)].astype(np.int64)
-    return records, columns
-
-
 def geounit_combinations(piece: Piece, first: int, last: int) -> sp.csr_matrix:
     """Records of a piece counted by (geounit of the state, combination): a sparse
     ((last - first) × combinations) int64 matrix; the aggregate every level's counts come

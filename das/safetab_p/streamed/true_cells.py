@@ -10,14 +10,19 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 import numpy as np
+import scipy.sparse as sp
 
 from das.io.arrays import read_npy_range, write_npy_blocks
-from das.safetab_p.iterations import IterationFilter, position_incidence
+from das.safetab_p.iterations import (
+    CombinationCodes,
+    IterationFilter,
+    combination_codes,
+    position_incidence,
+)
 from das.safetab_p.spill import N_SEXAGE, PASSES, CombinationCodec, WorkFolder, load_geography
 from das.safetab_p.streamed.key_sets import LevelSpace, level_spaces
 from das.safetab_p.streamed.state_records import (
     Piece,
-    expand_records,
     local_entities,
     part_states,
     parts_folder,
@@ -88,8 +93,10 @@ def count_state_cells(
     keys = list(dict.fromkeys(level.space.key for level in levels if level.entity.size))
     if keys:
         for piece in record_pieces(work, state, codec):
+            codes = combination_codes(specs, piece.positions)
             for key in keys:
-                _count_cells_of_key(specs, piece, [lv for lv in levels if lv.space.key == key])
+                same_key = [lv for lv in levels if lv.space.key == key]
+                _count_cells_of_key(specs, piece, same_key, codes)
     for level in levels:
         folder = parts_folder(work, level.space)
         folder.mkdir(parents=True, exist_ok=True)
@@ -97,46 +104,60 @@ def count_state_cells(
 
 
 def _count_cells_of_key(
-    specs: RaceEthnicitySpecs, piece: Piece, levels: list[_BrokenGroups]
+    specs: RaceEthnicitySpecs,
+    piece: Piece,
+    levels: list[_BrokenGroups],
+    codes: CombinationCodes | None = None,
 ) -> None:
-    """One piece, the levels of one (iteration level, filter): expand once, count per level."""
-    record_local = [lv.geounit_local[piece.geounit - lv.first_geounit] for lv in levels]
-    in_some = np.zeros(piece.geounit.size, dtype=bool)
-    for level, local in zip(levels, record_local, strict=True):
-        in_some |= local < level.n_local
-    selected = np.flatnonzero(in_some)
-    if selected.size == 0:
-        return
+    """One piece, the levels of one (iteration level, filter), aggregated before expanded: per
+    level, the records of its entities with a broken-down group are counted by (entity, sex ×
+    age23, combination) — a sparse matrix H, as many rows as such entities × 46 (a state:
+    46) — and H times the combinations' incidence in the iterations that have such a group
+    gives every cell of those entities at once; the groups with a breakdown are read off.
+    No record is expanded to its iterations, and a record whose combination reaches none of
+    those iterations is not counted at all."""
     columns = np.unique(np.concatenate([level.column for level in levels]))
     space = levels[0].space
     subset = IterationFilter(
         index=space.iterations.index[columns], total_only=space.iterations.total_only[columns]
     )
-    combos, combo_local = _dense_ids(piece.combination[selected], piece.n_combinations)
-    incidence = position_incidence(
-        specs, piece.positions[combos], piece.qspan_positions[combos], subset
-    )
-    records, sub_columns = expand_records(incidence, combo_local)
-    sexage = piece.sexage[selected][records]
-    for level, local in zip(levels, record_local, strict=True):
-        lookup = np.full((level.n_local + 1) * columns.size, -1, dtype=np.int64)
+    incidence = position_incidence(specs, piece.positions, piece.qspan_positions, subset, codes)
+    incidence = incidence.astype(np.int64)
+    reaches = np.diff(incidence.indptr) > 0  # per combination: some such iteration
+    useful = reaches[piece.combination]
+    for level in levels:
+        local = level.geounit_local[piece.geounit - level.first_geounit]
+        mine = np.flatnonzero((local < level.n_local) & useful)
+        if mine.size == 0:
+            continue
+        counts = _row_counts(
+            local[mine] * N_SEXAGE + piece.sexage[mine],
+            piece.combination[mine],
+            (level.n_local * N_SEXAGE, piece.n_combinations),
+        )
+        del mine, local
+        cells = (counts @ incidence).tocoo()  # (entity, sex × age23) × iteration
+        cells.sum_duplicates()
+        lookup = np.full(level.n_local * columns.size, -1, dtype=np.int64)
         position = np.searchsorted(columns, level.column)
         lookup[level.entity * columns.size + position] = np.arange(level.entity.size)
-        group = lookup[local[selected][records] * columns.size + sub_columns]
+        entity, sexage = np.divmod(cells.row.astype(np.int64), N_SEXAGE)
+        group = lookup[entity * columns.size + cells.col]
         keep = group >= 0
-        level.cells += np.bincount(
-            group[keep] * N_SEXAGE + sexage[keep], minlength=level.cells.size
-        )
+        level.cells[group[keep] * N_SEXAGE + sexage[keep]] += cells.data[keep]
 
 
-def _dense_ids(values: np.ndarray, bound: int) -> tuple[np.ndarray, np.ndarray]:
-    """(distinct values ascending, index of each value among them) for values in [0, bound)."""
-    present = np.zeros(bound, dtype=bool)
-    present[values] = True
-    distinct = np.flatnonzero(present)
-    index = np.full(bound, -1, dtype=np.int64)
-    index[distinct] = np.arange(distinct.size)
-    return distinct, index[values]
+def _row_counts(rows: np.ndarray, columns: np.ndarray, shape: tuple[int, int]) -> sp.csr_matrix:
+    """The 0/1 entries (row, column) as a CSR matrix of counts (duplicates left as such:
+    a product sums them), its rows laid out by a stable counting sort (a radix sort when the
+    rows fit 16 bits), without sorting each row's columns."""
+    n_rows = shape[0]
+    keys = rows.astype(np.uint16) if n_rows <= 1 << 16 else rows.astype(np.int32)
+    order = np.argsort(keys, kind="stable")
+    indptr = np.zeros(n_rows + 1, dtype=np.int64)
+    np.cumsum(np.bincount(rows, minlength=n_rows), out=indptr[1:])
+    indices = columns[order].astype(np.int32 if shape[1] < 1 << 31 else np.int64)
+    return sp.csr_matrix((np.ones(order.size, dtype=np.int64), indices, indptr), shape=shape)
 
 
 def combine_cells(config: SafeTabPConfig, specs: RaceEthnicitySpecs, work: WorkFolder) -> None:

@@ -13,7 +13,7 @@ from collections.abc import Iterator
 import numpy as np
 
 from das.io.arrays import write_npy_blocks
-from das.safetab_p.iterations import position_incidence
+from das.safetab_p.iterations import combination_codes, position_incidence
 from das.safetab_p.spill import PASSES, CombinationCodec, WorkFolder, load_geography
 from das.safetab_p.streamed.key_sets import LevelSpace, level_spaces
 from das.safetab_p.streamed.state_records import (
@@ -64,10 +64,11 @@ def count_state_totals(
     keys = list(dict.fromkeys(space.key for space in spaces))
     for piece in record_pieces(work, state, codec):
         counts = geounit_combinations(piece, first, last)
+        codes = combination_codes(specs, piece.positions)
         for key in keys:
             same_key = [space for space in spaces if space.key == key]
             incidence = position_incidence(
-                specs, piece.positions, piece.qspan_positions, same_key[0].iterations
+                specs, piece.positions, piece.qspan_positions, same_key[0].iterations, codes
             )
             by_geounit = (counts @ incidence.astype(np.int64)).tocsr()
             for space in same_key:
