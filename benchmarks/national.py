@@ -2,15 +2,16 @@
 
 Synthesizes (or reuses) an input under ``--scratch`` with the 2020 production spec files and
 configs, then runs, in a child process, validation (GX suites on a sample + every row through
-the engine checks and the cross-file checks) and the bounded-memory engine path:
+the engine checks and the cross-file checks) and the bounded-memory engine path, the inputs
+read once as a release run reads them (validation's read also makes the engine's spill):
 
-* ``safetab-p``: GRF-C maps → person spill per state → true totals per state → stage 1 /
-  total-only / stage 2 per level (secure noise, persisted per level: the production noise
-  store) → cells of the groups with a breakdown → T1/T2 streamed, atomic;
+* ``safetab-p``: GRF-C maps and person spill per state (validation's read) → true totals per
+  state → stage 1 / total-only / stage 2 per level (secure noise, persisted per level: the
+  production noise store) → cells of the groups with a breakdown → T1/T2 streamed, atomic;
 * ``phsafe``: the US pass (51 states, ``production_2020/us``) and the Puerto Rico pass
   (``production_2020/pr``) on inputs of their own (persons split by 2020 population): spill by
-  MAFID bucket → counts per bucket → every query drawn once (persisted per table) → derived
-  tables → statistical postprocessing → tables and estimates written.
+  MAFID bucket (validation's read) → counts per bucket → every query drawn once (persisted
+  per table) → derived tables → statistical postprocessing → tables and estimates written.
 
 A sampler thread in this (parent) process reads the resident memory of the child and all its
 descendants (psutil) every 0.2 s; per stage it prints wall time, the peak of the whole process
@@ -97,7 +98,7 @@ def _synthesize(events: Events, name: str, folder: Path, generate, persons: int,
 
 def child_safetab_p(args: argparse.Namespace, events: Events) -> None:
     from das.io.atomic import atomic_output_dir
-    from das.io.safetab_p import grf_c_path, person_records_path, read_grf_c
+    from das.io.safetab_p import grf_c_path, person_records_path
     from das.privacy.accounting import compose
     from das.runs.folder import RunFolder
     from das.runs.noise_store import NoiseStore, secure_streams
@@ -114,21 +115,18 @@ def child_safetab_p(args: argparse.Namespace, events: Events) -> None:
     specs = load_race_specs(data)
     persons_path, grf_path = person_records_path(data), grf_c_path(data)
     events.write(inputs={"person-records": _size(persons_path), "GRF-C": _size(grf_path)})
-    with events.stage("validate") as figures:
-        report = validate_safetab_p(data / "config.json", data, run / "validation")
-        if not report.ok:
-            raise SystemExit("validation failed: " + "; ".join(report.summary_lines()))
-        figures.update(rows_in=sum(f.rows for f in report.files))
     work = sp.WorkFolder(run / "work")
-    with events.stage("geography") as figures:
-        grfc = read_grf_c(grf_path)
-        sp.prepare_geography(config, grfc, work)
-        figures.update(rows_in=len(grfc))
-        del grfc
-    with events.stage("spill") as figures:
-        spilled = sp.spill_persons(config, specs, persons_path, work)
+    # one read, as a release run reads: validation's read also prepares the geography and
+    # spills the persons (das.safetab_p.spill.OnePass)
+    with events.stage("validate + geography + spill") as figures:
+        one_pass = sp.OnePass(config, specs, work)
+        report = validate_safetab_p(
+            data / "config.json", data, run / "validation", taps=one_pass.taps()
+        )
+        if not report.ok or one_pass.outcome(report) is None:
+            raise SystemExit("validation failed: " + "; ".join(report.summary_lines()))
         spill_bytes = _size(work.root / "spill")  # 21 bytes per record spilled
-        figures.update(rows_in=spilled.rows_read, rows_out=spill_bytes // 21,
+        figures.update(rows_in=sum(f.rows for f in report.files), rows_out=spill_bytes // 21,
                        bytes_out=spill_bytes)  # fmt: skip
     states = st.tabulated_states(work)
     with events.stage("totals") as figures:
@@ -174,7 +172,13 @@ def child_phsafe(args: argparse.Namespace, events: Events) -> None:
     from das.io.writers import write_pipe_table
     from das.phsafe.engine import write_tables
     from das.phsafe.plan import plan_phsafe
-    from das.phsafe.streamed import PHSafeWork, count_bucket, measure_streamed, spill_phsafe
+    from das.phsafe.streamed import (
+        OnePass,
+        PHSafeWork,
+        count_bucket,
+        default_buckets,
+        measure_streamed,
+    )
     from das.postprocess.phsafe import estimates_name, format_estimates, postprocess_phsafe
     from das.privacy.accounting import compose
     from das.runs.folder import RunFolder
@@ -198,17 +202,19 @@ def child_phsafe(args: argparse.Namespace, events: Events) -> None:
     from das.validation import validate_phsafe
 
     for name, folder in folders.items():
-        with events.stage(f"validate {name}") as figures:
-            report = validate_phsafe(PH_CONFIGS[name], folder, run / f"validation-{name}")
-            if not report.ok:
-                raise SystemExit("validation failed: " + "; ".join(report.summary_lines()))
-            figures.update(rows_in=sum(f.rows for f in report.files))
-    for name, folder in folders.items():
         config = load_phsafe_config(PH_CONFIGS[name])
         work = PHSafeWork(run / f"work-{name}")
-        with events.stage(f"spill {name}") as figures:
-            spilled = spill_phsafe(config, input_paths(folder), work)
-            figures.update(rows_in=sum(spilled.rows_read.values()), buckets=spilled.buckets,
+        # one read, as a release run reads: validation's read also spills the records by
+        # household bucket (das.phsafe.streamed.OnePass)
+        with events.stage(f"validate + spill {name}") as figures:
+            one_pass = OnePass(work, default_buckets(input_paths(folder)["persons"]))
+            report = validate_phsafe(
+                PH_CONFIGS[name], folder, run / f"validation-{name}", taps=one_pass.taps()
+            )
+            spilled = one_pass.outcome(report)
+            if spilled is None:
+                raise SystemExit("validation failed: " + "; ".join(report.summary_lines()))
+            figures.update(rows_in=sum(f.rows for f in report.files), buckets=spilled.buckets,
                            bytes_out=_size(work.root / "buckets"))  # fmt: skip
         with events.stage(f"count {name}") as figures:
             for bucket in range(spilled.buckets):
