@@ -30,15 +30,24 @@ import uuid
 from fractions import Fraction
 from pathlib import Path
 
-from das.runs.certificate import certify, verify_release
-from das.runs.ledger import LedgerStore, PrivacyLedger, RunOpening
-from das.runs.ledger.approvals import APPROVAL_NAMESPACE, approval_statement
-from das.runs.ledger.charter import CHARTER_NAMESPACE, charter_statement
-from das.runs.ledger.ledger import ledger_ceilings
-from das.runs.ledger.run_signatures import RunSigner
-from das.runs.release import MANIFEST
-from das.signing import canonical_json, generate_key, public_key_of
-from das.signing.sshsig import sign
+from das.trust import (
+    APPROVAL_NAMESPACE,
+    CHARTER_NAMESPACE,
+    MANIFEST,
+    LedgerStore,
+    PrivacyLedger,
+    RunOpening,
+    RunSigner,
+    approval_statement,
+    canonical_json,
+    certify,
+    charter_statement,
+    generate_key,
+    ledger_ceilings,
+    public_key_of,
+    sign,
+    verify_release,
+)
 
 SEAL = "s" * 64
 US = {"US": Fraction("4.944")}
@@ -108,7 +117,7 @@ def release_cost(megabytes: int, repeat: int) -> dict[str, float]:
     """Certify and verify a release of ``megabytes`` MB of tables, made under a real charter
     and a quorum-signed approval (so that the verifier checks everything it checks)."""
     from das.io.writers import file_sha256
-    from das.runs.release import AUDIT_FILE
+    from das.trust import AUDIT_FILE
 
     with tempfile.TemporaryDirectory() as scratch:
         folder = Path(scratch)

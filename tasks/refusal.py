@@ -27,9 +27,9 @@ from prefect.client.schemas.objects import State  # noqa: E402
 from prefect.exceptions import CancelledRun  # noqa: E402
 from prefect.states import Cancelled, Completed  # noqa: E402
 
+from das.refusal import RunRefused  # noqa: E402
 from das.runs.audit import md_escape  # noqa: E402
-from das.runs.ledger import LedgerUnavailable, open_ledger  # noqa: E402
-from das.runs.policy import RunRefused  # noqa: E402
+from das.trust import LedgerUnavailable, open_ledger  # noqa: E402
 from tasks.artifacts import artifact_key  # noqa: E402
 from tasks.run_tags import REFUSED as REFUSED_TAG  # noqa: E402
 from tasks.run_tags import WAITING, retag  # noqa: E402

@@ -33,29 +33,26 @@ from typing import Any
 from das.io.tables import not_a_regular_file
 from das.privacy.accounting import Measurement, compose
 from das.privacy.mechanisms import Budget
+from das.production import production_mode
+from das.refusal import Remedy, RunRefused
 from das.runs.folder import RunFolder, check_output_place, check_run_id
-from das.runs.ledger import (
+from das.runs.policy import check_release_policy, privacy_markers
+from das.runs.release import OutputLock, ReleaseStager
+from das.runs.seal import SealedParameters, seal_files
+from das.trust import (
+    LEDGER_ENV,
+    RUN_KEY_ENV,
     ApprovalRequired,
     LedgerRefused,
     OpenedLedger,
+    PublicKey,
     RunOpening,
     RunState,
+    configured_store,
     open_ledger,
     release_anchor_problems,
+    run_key,
 )
-from das.runs.ledger.location import configured_store
-from das.runs.policy import (
-    LEDGER_ENV,
-    Remedy,
-    RunRefused,
-    check_release_policy,
-    privacy_markers,
-    production_mode,
-)
-from das.runs.release import OutputLock, ReleaseStager
-from das.runs.run_key import RUN_KEY_ENV, run_key
-from das.runs.seal import SealedParameters, seal_files
-from das.signing import PublicKey
 
 RUN_ID_FIELD = "{run_id}"
 PREFLIGHT_RUN_ID = "preflight"  # stands for the run id a flow run will get

@@ -31,8 +31,8 @@ from pathlib import Path
 from typing import Any
 
 from das.privacy.mechanisms import parse_fraction_text
-from das.runs.ledger.amounts import decimal_text
-from das.signing import PublicKey
+from das.trust.ledger.amounts import decimal_text
+from das.trust.signing.keys import PublicKey
 
 JOURNAL_TAG = "das-approver-journal/1"
 

@@ -488,7 +488,7 @@ def config_page() -> str:
 
 
 def ledger_entries_page() -> str:
-    from das.runs.ledger.state import COUNTING, ENTRY_KINDS
+    from das.trust import COUNTING, ENTRY_KINDS
 
     lines = [
         "# The ledger's entries",
@@ -785,8 +785,8 @@ def output_columns_block() -> str:
     from das.phsafe.measure import NOISE_DISTRIBUTION, output_columns
     from das.phsafe.tables import SHELLS
     from das.postprocess.counts import KEY_COLUMNS
-    from das.runs.release import AUDIT_FILE, CERTIFICATE, MANIFEST
     from das.safetab_p.postprocess import T1_COLUMNS, T2_COLUMNS
+    from das.trust import AUDIT_FILE, CERTIFICATE, MANIFEST
 
     distributions = ", ".join(code(v) for v in NOISE_DISTRIBUTION.values())
     lines = [

@@ -26,8 +26,8 @@ from cryptography.exceptions import UnsupportedAlgorithm
 from cryptography.hazmat.primitives import serialization
 from cryptography.hazmat.primitives.asymmetric import ec, ed25519, rsa
 
-from das.signing import _wire
-from das.signing.errors import SigningError
+from das.trust.signing import _wire
+from das.trust.signing.errors import SigningError
 
 __all__ = [
     "SUPPORTED_ALGORITHMS",
@@ -39,7 +39,7 @@ __all__ = [
 ]
 
 # What `ssh-keygen -Y sign` makes with an ordinary or a FIDO key. The sk- (hardware) keys and
-# ECDSA are verified through ssh-keygen (see das.signing.sshsig); DSA is gone from OpenSSH.
+# ECDSA are verified through ssh-keygen (see das.trust.signing.sshsig); DSA is gone from OpenSSH.
 SUPPORTED_ALGORITHMS: tuple[str, ...] = (
     "ssh-ed25519",
     "ssh-rsa",
@@ -264,7 +264,7 @@ def generate_key(path: Path, comment: str) -> PublicKey:
     return key
 
 
-# -- private helpers shared with das.signing.sshsig and das.signing.attestation ------------------
+# -- private helpers shared with sshsig and dsse ---------------------------------
 
 PrivateKey = ed25519.Ed25519PrivateKey | rsa.RSAPrivateKey | ec.EllipticCurvePrivateKey
 
