@@ -79,3 +79,23 @@ def test_a_forbidden_import_breaks_a_contract(
     assert done.returncode != 0, f"{line} in {module} broke no contract"
     broken = done.stdout[done.stdout.index("Broken contracts") :]
     assert contract in broken, broken[:2000]
+
+
+def test_the_trust_face_imports_no_data_frame_nor_orchestration_library() -> None:
+    """``import das.trust`` is what every ledger and verify command pays first: pandas, pyarrow,
+    Prefect and Dask are loaded only where a function needs them (das.io's package imports
+    pandas, so the trust core imports its modules inside the functions that hash or write)."""
+    heavy = ("pandas", "pyarrow", "prefect", "distributed", "dask")
+    done = subprocess.run(
+        [
+            sys.executable,
+            "-c",
+            f"import sys, das.trust; print([m for m in {heavy!r} if m in sys.modules])",
+        ],
+        cwd=REPO,
+        capture_output=True,
+        text=True,
+        timeout=60,
+        check=False,
+    )
+    assert (done.returncode, done.stdout.strip()) == (0, "[]"), done.stderr[-2000:]
