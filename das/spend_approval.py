@@ -3,9 +3,9 @@
 `das ledger approve` (and the local profile of `das deploy`) come here. The spend is computed
 from the same inputs a run reads: the sealed parameters (config, the spec files by name, the
 coterminous file) and the records (read once, to fingerprint them: the dataset's id in the
-ledger). The approver's statement (:mod:`das.runs.ledger.approvals`) is the open one another
+ledger). The approver's statement (:mod:`das.trust.ledger.approvals`) is the open one another
 approver started for the same spend, or a new one; the approver sees it — and what their own
-journal (:mod:`das.runs.approver_journal`) knows of these records and this ledger — before
+journal (:mod:`das.trust.journal`) knows of these records and this ledger — before
 their key signs it.
 """
 

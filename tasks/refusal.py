@@ -1,7 +1,7 @@
 """The final state of a release run: a refusal is a state of its own, told apart from a failure
 at a glance and with no traceback; a release says where it is.
 
-A refusal (:class:`das.runs.policy.RunRefused`: the production policy, the privacy ledger, an
+A refusal (:class:`das.refusal.RunRefused`: the production policy, the privacy ledger, an
 approval missing, a run id bound elsewhere, a live run or a release in the output...) means
 *nothing was drawn* and the operator has a next step. The product flows end such a run in the
 state **Refused** — Prefect's *Cancelled* type, grey in the run list (red is a failure, orange

@@ -424,7 +424,7 @@ class ReleaseRun:
         return result
 
     def _certify(self, staging: Path, manifest: Mapping[str, Any]) -> None:
-        """The release's certificate (:mod:`das.runs.certificate`), signed with the run key,
+        """The release's certificate (:mod:`das.trust.certificate`), signed with the run key,
         written beside its MANIFEST just before the release is renamed into place."""
         assert self.check.run_key is not None and self.check.plan is not None
         proof = self.ledger.spend_proof(self.run_id)

@@ -8,9 +8,9 @@ started it. In order, none reading a confidential record:
 2. the inputs are regular files (a named pipe, a device, a directory or a dangling link is
    refused by name at once: a reader would block or fail late);
 3. the parameters are sealed (:mod:`das.runs.seal`) and parsed once; the plan is built from them;
-4. the privacy ledger: configured, initialized and intact (:mod:`das.runs.ledger`). A chartered
+4. the privacy ledger: configured, initialized and intact (:mod:`das.trust`). A chartered
    ledger makes the run a production run, whatever ``DAS_PRODUCTION`` says; its charter must be
-   in force, and the run's signing key (:mod:`das.runs.run_key`) one of the charter's runners;
+   in force, and the run's signing key (:mod:`das.trust.run_keys`) one of the charter's runners;
 5. the production policy (no seed, no infinite budget, no command-line cumulative total);
 6. the output's place: never inside a release, a run's work folder or the state root, and the
    releases beside it were recorded in this ledger;
