@@ -1,4 +1,4 @@
-"""The privacy ledger alone (das/runs/ledger/): runs bound to their output, approvals, spend
+"""The privacy ledger alone (das/trust/ledger/): runs bound to their output, approvals, spend
 authorized per dataset, draws recorded, the hash chain and what breaks it, tried as a careless
 or hostile operator would. Every test runs on each store (:func:`ledger_store`)."""
 
