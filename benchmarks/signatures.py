@@ -32,7 +32,6 @@ from pathlib import Path
 
 from das.trust import (
     APPROVAL_NAMESPACE,
-    CHARTER_NAMESPACE,
     MANIFEST,
     LedgerStore,
     PrivacyLedger,
@@ -41,13 +40,14 @@ from das.trust import (
     approval_statement,
     canonical_json,
     certify,
-    charter_statement,
-    generate_key,
-    ledger_ceilings,
     public_key_of,
     sign,
     verify_release,
 )
+
+# The chartered ledger the fast tests make (tests/certified.py): one way to make it.
+sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "tests"))
+from certified import make_chartered_ledger
 
 SEAL = "s" * 64
 US = {"US": Fraction("4.944")}
@@ -58,23 +58,7 @@ def _median(samples: list[float]) -> float:
 
 
 def _chartered(folder: Path, approvers: int) -> tuple[PrivacyLedger, list[Path], Path]:
-    keys = [folder / f"approver-{i}" for i in range(approvers)]
-    public = [generate_key(path, path.name) for path in keys]
-    run_key = folder / "run-key"
-    runner = generate_key(run_key, "run")
-    ledger_id = str(uuid.uuid4())
-    statement = charter_statement(
-        ledger_id=ledger_id, approvers=public, quorum=approvers, runners=[runner],
-        ceilings=ledger_ceilings(None), previous=None,
-    )  # fmt: skip
-    ledger = PrivacyLedger.initialize(
-        LedgerStore.in_directory(folder / "ledger"),
-        ledger_id=ledger_id,
-        charter=(statement, sign(canonical_json(statement), CHARTER_NAMESPACE, keys[0])),
-    )
-    digest = ledger.charter_chain().charters[0].digest
-    for key in keys[1:]:
-        ledger.sign_charter(digest, sign(canonical_json(statement), CHARTER_NAMESPACE, key))
+    ledger, keys, _, run_key = make_chartered_ledger(folder, approvers=approvers, quorum=approvers)
     return ledger, keys, run_key
 
 
