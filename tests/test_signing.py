@@ -317,7 +317,7 @@ def _refusals() -> list[tuple[str, str]]:
         ("ssh-ed25519", "no key data"),
         ("ssh-ed25519 AAAAC3NzaC1lZDI1NTE5AAAAI", "does not decode"),
         (_line("ssh-ed25519", blob[:-5]), "malformed"),
-        (_line("ssh-ed25519", blob + b"\0"), "unexpected bytes"),
+        (_line("ssh-ed25519", blob + b"\0"), "malformed: Corrupt data: unparsed data"),
         (_line("ssh-rsa", blob), "marked ssh-rsa but its data is of type 'ssh-ed25519'"),
         (_line("ssh-dss", _ssh_string(b"ssh-dss") + b"\0" * 40), "DSA"),
         (_line("ssh-foo", _ssh_string(b"ssh-foo") + b"\0" * 8), "unsupported key type"),
