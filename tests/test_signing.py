@@ -249,8 +249,6 @@ def test_parse_an_openssh_public_key_line() -> None:
         ("alice@example.org", "alice@example.org"),
         ("alice@example.org,al@example.org", "alice@example.org,al@example.org"),
         ('"Alice Smith,alice@example.org"', "Alice Smith,alice@example.org"),
-        ('alice@example.org namespaces="git,das-approval"', "alice@example.org"),
-        ('alice namespaces="das",valid-after=20240101,valid-before="20300101"', "alice"),
     ],
 )
 def test_parse_an_allowed_signers_line(alice: Path, prefix: str, label: str) -> None:
@@ -324,6 +322,11 @@ def _refusals() -> list[tuple[str, str]]:
         (_line("ssh-rsa", rsa_blob), "1024 bits"),
         (f"alice cert-authority {_line('ssh-ed25519', blob)}", "cert-authority"),
         (f"alice restrict {_line('ssh-ed25519', blob)}", "unknown allowed-signers option"),
+        (f'alice foo="x" {_line("ssh-ed25519", blob)}', "option it cannot read"),
+        # a restriction OpenSSH would enforce is refused, never accepted and ignored (issue 38)
+        (f'alice namespaces="git" {_line("ssh-ed25519", blob)}', "refused, not ignored"),
+        (f'bob valid-before="20200101" {_line("ssh-ed25519", blob)}', "retire a key"),
+        (f'al namespaces="das",valid-after="20240101" {_line("ssh-ed25519", blob)}', "from when"),
         ("---- BEGIN SSH2 PUBLIC KEY ----", "RFC 4716"),
     ]
 

@@ -13,6 +13,7 @@ from __future__ import annotations
 import base64
 import binascii
 import hashlib
+import itertools
 import os
 import re
 import shutil
@@ -25,6 +26,7 @@ from typing import Any, NoReturn
 from cryptography.exceptions import UnsupportedAlgorithm
 from cryptography.hazmat.primitives import serialization
 from cryptography.hazmat.primitives.asymmetric import ec, ed25519, rsa
+from sshsig.allowed_signers import AllowedSigner
 
 from das.trust.signing import _wire
 from das.trust.signing.errors import SigningError
@@ -63,11 +65,12 @@ _KEY_TYPE_SHAPE = re.compile(
     r"(ssh-[a-z0-9]+|ecdsa-sha2-[a-z0-9]+|sk-[a-z0-9-]+@openssh\.com|x509v3-[a-z0-9-]+"
     r"|[a-z0-9-]+-cert-v0[01]@openssh\.com)"
 )
-_ALLOWED_SIGNER_OPTIONS = ("namespaces", "valid-after", "valid-before")
 _PRIVATE_KEY_ADVICE = (
     "this is a private key, not a public key: do not share it; give the .pub file beside it "
     "(or what `ssh-keygen -y -f KEY` prints)"
 )
+_CHARTER_DECIDES = "the charter alone says what a key may do; give the key without options"
+_NO_OPTIONS = "allowed-signers options are refused here: " + _CHARTER_DECIDES
 _LINE_FORMS = (
     "expected an OpenSSH public key line ('ssh-ed25519 AAAA... comment') or an allowed-signers "
     "line ('principal ssh-ed25519 AAAA...')"
@@ -131,12 +134,14 @@ class PublicKey:
 
 def parse_public_key(line: str, *, source: str = "") -> PublicKey:
     """The key on one line: an OpenSSH public key (``ssh-ed25519 AAAA... comment``, the comment
-    becomes the label) or an allowed-signers line (``principal[,principal2] [options] ssh-ed25519
-    AAAA...``, the principals become the label). SigningError naming ``source`` otherwise.
+    becomes the label) or an allowed-signers line (``principal[,principal2] ssh-ed25519
+    AAAA...``, read by the sshsig library's parser, which follows OpenSSH's; the principals
+    become the label). SigningError naming ``source`` otherwise.
 
-    Allowed-signers options (``namespaces=``, ``valid-after=``, ``valid-before=``) are accepted and
-    not enforced: what a key may sign is decided by whoever holds the list (the ledger's charter),
-    not by options carried along with a pasted line. ``cert-authority`` is refused.
+    An allowed-signers line with options (``namespaces=``, ``valid-after=``, ``valid-before=``,
+    ``cert-authority``) is refused, never accepted and ignored: each restricts what the key may
+    sign, and here the charter alone decides that — who approves, who runs, and a key retired
+    by a new charter — so a restriction on the line would be one nobody enforces.
     """
     if not isinstance(line, str):
         raise TypeError("parse_public_key takes one line of text")
@@ -149,25 +154,28 @@ def parse_public_key(line: str, *, source: str = "") -> PublicKey:
         if "SSH2 PUBLIC KEY" in text:
             _fail(source, "an RFC 4716 (SSH2) public key: convert it with `ssh-keygen -i -f FILE`")
         _fail(source, f"a PEM block, not an OpenSSH public key; {_LINE_FORMS}")
-    first, rest = _next_token(text)
-    second, _ = _next_token(rest)
-    if _is_key_type(first, second):
-        b64, comment = _next_token(rest)
-        return _key_from_parts(first, b64, comment.strip(), source)
-    # An allowed-signers line: principals, then options when a key type follows them.
-    principals = _unquote(first)
-    token, rest = _next_token(rest)
-    following, _ = _next_token(rest)
-    if token and not _is_key_type(token, following):
-        options = token
-        token, rest = _next_token(rest)
-        following, _ = _next_token(rest)
-        if _is_key_type(token, following):
-            _check_options(options, source)
-    if not token or not _is_key_type(token, following):
+    parts = text.split(maxsplit=2)
+    if _is_key_type(parts[0], parts[1] if len(parts) > 1 else ""):
+        comment = parts[2].strip() if len(parts) > 2 else ""
+        return _key_from_parts(parts[0], parts[1] if len(parts) > 1 else "", comment, source)
+    try:
+        signer = AllowedSigner.parse(text)
+    except ValueError as exc:
+        tokens = text.split()
+        has_key = any(_is_key_type(a, b) for a, b in itertools.pairwise(tokens))
+        if "option" in str(exc).lower() and has_key:
+            _fail(source, f"an allowed-signers option it cannot read; {_NO_OPTIONS}")
         _fail(source, f"not a public key; {_LINE_FORMS}")
-    b64, _comment = _next_token(rest)
-    return _key_from_parts(token, b64, principals, source)
+    if signer.options:
+        _refuse_options(signer.options, source)
+    if not _is_key_type(signer.key_type, signer.base64_key):
+        after = (signer.comment or "").split(maxsplit=1)
+        if _is_key_type(signer.base64_key, after[0] if after else ""):  # "principal OPTION key"
+            name = signer.key_type.lower()
+            shown = repr(name) if re.fullmatch(r"[a-z-]{1,30}", name) else "(unreadable)"
+            _fail(source, f"unknown allowed-signers option {shown}; {_NO_OPTIONS}")
+        _fail(source, f"not a public key; {_LINE_FORMS}")
+    return _key_from_parts(signer.key_type, signer.base64_key, signer.principals, source)
 
 
 def load_keys_file(path: str | Path) -> list[PublicKey]:
@@ -389,25 +397,6 @@ def _from_crypto_public(public: Any, source: str) -> PublicKey:
     return _key_from_parts(algorithm, b64, "", source)
 
 
-def _next_token(text: str) -> tuple[str, str]:
-    """The first whitespace-delimited token of ``text`` (whitespace inside double quotes does
-    not end it) and the rest."""
-    text = text.lstrip()
-    quoted = False
-    for index, char in enumerate(text):
-        if char == '"':
-            quoted = not quoted
-        elif char.isspace() and not quoted:
-            return text[:index], text[index:]
-    return text, ""
-
-
-def _unquote(token: str) -> str:
-    if len(token) >= 2 and token[0] == token[-1] == '"':
-        return token[1:-1]
-    return token
-
-
 def _is_key_type(token: str, following: str) -> bool:
     """Whether ``token`` names a key type: a known one, or one of a key type's shape followed by
     base64 data that says so (an unknown principal such as ``ssh-team`` stays a principal)."""
@@ -422,37 +411,24 @@ def _is_key_type(token: str, following: str) -> bool:
         return False
 
 
-def _check_options(options: str, source: str) -> None:
-    """Accept the allowed-signers options that do not change whose key it is."""
-    for option in _split_unquoted(options, ","):
-        name = option.split("=", 1)[0].lower()
-        if name == "cert-authority":
-            _fail(
-                source,
-                "certificate authorities (cert-authority) are not supported: list each "
-                "approver's own public key",
-            )
-        if name not in _ALLOWED_SIGNER_OPTIONS:
-            shown = repr(name) if re.fullmatch(r"[a-z-]{1,30}", name) else "(unreadable)"
-            _fail(
-                source,
-                f"unknown allowed-signers option {shown}; the accepted ones are "
-                f"{', '.join(_ALLOWED_SIGNER_OPTIONS)}",
-            )
-
-
-def _split_unquoted(text: str, separator: str) -> list[str]:
-    parts, current, quoted = [], [], False
-    for char in text:
-        if char == '"':
-            quoted = not quoted
-        if char == separator and not quoted:
-            parts.append("".join(current))
-            current = []
-        else:
-            current.append(char)
-    parts.append("".join(current))
-    return parts
+def _refuse_options(options: Mapping[str, str], source: str) -> NoReturn:
+    """Refuse an allowed-signers line with options, saying what each would have restricted and
+    what decides it here instead."""
+    if "cert-authority" in options:
+        _fail(
+            source,
+            "certificate authorities (cert-authority) are not supported: list each approver's "
+            "own public key",
+        )
+    meaning = {
+        "namespaces": "what the key may sign (the charter decides: approver or runner)",
+        "valid-after": "from when the key counts (the charter in force decides)",
+        "valid-before": "until when the key counts (retire a key with a new charter: "
+        "das ledger charter propose)",
+    }
+    named = ", ".join(f"{name}= ({meaning[name]})" for name in sorted(options) if name in meaning)
+    _fail(source, f"an allowed-signers line with options is refused, not ignored: {named}; "
+          + _CHARTER_DECIDES)  # fmt: skip
 
 
 def _read_key_file(path: Path) -> bytes:
