@@ -114,6 +114,17 @@ VARIABLES: tuple[Variable, ...] = (
         secret_file=True,
     ),
     Variable(
+        "DAS_TRUST_ROOT",
+        "unset (no pin but `trust-root.json` beside the run key)",
+        "Path of the trust root the approvers published (`das ledger trust-root`): a run "
+        "refuses, before reading any record, a ledger whose charter chain in force does not "
+        "extend it (another ledger, one chartered by one approver, one cut back). The service "
+        "account pins it for good by putting the root as `trust-root.json` beside its run key "
+        "(`DAS_RUN_KEY`, resolved), which whoever edits a deployment's environment cannot "
+        "change; set this in the worker's own environment, not as a deployment variable.",
+        ("worker", "terminal"),
+    ),
+    Variable(
         "DAS_STATE_DIR",
         "${XDG_STATE_HOME:-~/.local/state}/das (deployments: <das_root>/state)",
         "The state root: each run's confidential state (sealed parameters, noise, spilled "

@@ -12,7 +12,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from fractions import Fraction
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from das.io.writers import file_sha256
 from das.trust import (
@@ -34,6 +34,9 @@ from das.trust import (
     sign,
 )
 
+if TYPE_CHECKING:
+    from das.trust import TrustRoot
+
 SEAL = "5e" * 32  # the sealed parameters' digest the approval names
 TABLE = "t1/t1.txt"
 
@@ -50,6 +53,14 @@ class Certified:
     predicate: dict[str, Any]
     passes: list[dict[str, Any]]
 
+    def root(self) -> TrustRoot:
+        """The trust root of the ledger's charter chain in force now (what `das ledger
+        trust-root` writes)."""
+        # imported here: the findings' tests run on the code before trust roots too
+        from das.trust.root import root_document, trust_root_of
+
+        return trust_root_of(root_document(self.ledger.charter_chain().chain))
+
     def release(
         self,
         folder: Path,
@@ -65,7 +76,7 @@ class Certified:
         audit = {"privacy_ledger": {"passes": self.passes}}
         (folder / AUDIT_FILE).write_text(json.dumps(audit))
         files = {name: {"sha256": file_sha256(folder / name)} for name in (TABLE, AUDIT_FILE)}
-        manifest = {"run_id": "run-1", "files": files}
+        manifest = {"run_id": self.predicate["run_id"], "files": files}
         (folder / MANIFEST).write_text(json.dumps(manifest))
         certify(folder, dict(self.predicate if predicate is None else predicate),
                 key or self.run_key, manifest)  # fmt: skip
@@ -105,6 +116,19 @@ def make_certified(folder: Path, *, approvers: int = 2, quorum: int = 2) -> Cert
     ledger, keys, trusted, run_key = make_chartered_ledger(
         folder, approvers=approvers, quorum=quorum
     )
+    return certified_run(ledger, keys, keys[:quorum], trusted, run_key)
+
+
+def certified_run(
+    ledger: PrivacyLedger,
+    keys: list[Path],
+    signers: list[Path],
+    trusted: list[PublicKey],
+    run_key: Path,
+    run_id: str = "run-1",
+) -> Certified:
+    """Run ``run_id``'s spend in ``ledger`` under the charter in force, approved by
+    ``signers``: what its release's certificate carries."""
     ledger_id = ledger.info().ledger_id
     budgets = {"US": Fraction("4.944")}
     dataset = ledger.dataset_id(uuid.uuid4().hex)
@@ -115,18 +139,35 @@ def make_certified(folder: Path, *, approvers: int = 2, quorum: int = 2) -> Cert
         ceiling=ceiling, note="test", requested_by="test",
     )  # fmt: skip
     ledger.record_approval(
-        approval, [sign(canonical_json(approval), APPROVAL_NAMESPACE, k) for k in keys[:quorum]]
+        approval, [sign(canonical_json(approval), APPROVAL_NAMESPACE, k) for k in signers]
     )
-    ledger.open_run(RunOpening("run-1", "safetab-p", "/out/run-1", "c" * 64, SEAL, "zcdp",
+    ledger.open_run(RunOpening(run_id, "safetab-p", f"/out/{run_id}", "c" * 64, SEAL, "zcdp",
                                budgets, "secure", ()))  # fmt: skip
-    passes = ledger.authorize("run-1", dataset, production=True, signer=RunSigner(run_key))
+    passes = ledger.authorize(run_id, dataset, production=True, signer=RunSigner(run_key))
     predicate = {
-        "product": "safetab-p", "run_id": "run-1", "private": True, "markers": [],
-        "ledger": {"id": ledger_id}, **ledger.spend_proof("run-1"), "dataset": dataset,
+        "product": "safetab-p", "run_id": run_id, "private": True, "markers": [],
+        "ledger": {"id": ledger_id}, **ledger.spend_proof(run_id), "dataset": dataset,
         "definition": "zcdp", "parameters": {"digest": SEAL, "files": {}},
         "spend": [p.exact() for p in passes],
     }  # fmt: skip
     return Certified(ledger, keys, trusted, run_key, predicate, [p.to_dict() for p in passes])
+
+
+def rotate(ledger: PrivacyLedger, signers: list[Path], **changes: Any) -> None:
+    """A new charter continuing the one in force (its approvers, quorum, runners and ceilings
+    but for ``changes``), proposed by the first of ``signers`` and signed by the others: in
+    force once they are a quorum of the charter before."""
+    current = ledger.charter_chain().in_force
+    assert current is not None
+    fields = {
+        "approvers": list(current.approvers), "quorum": current.quorum,
+        "runners": list(current.runners), "ceilings": current.ceilings,
+    } | changes  # fmt: skip
+    statement = charter_statement(ledger_id=current.ledger_id, previous=current, **fields)
+    message = canonical_json(statement)
+    proposed = ledger.propose_charter(statement, sign(message, CHARTER_NAMESPACE, signers[0]))
+    for key in signers[1:]:
+        ledger.sign_charter(proposed.digest, sign(message, CHARTER_NAMESPACE, key))
 
 
 def copy_release(release: Path, to: Path) -> Path:

@@ -11,6 +11,7 @@
   das ledger release  --run-id ID --reason TEXT
   das ledger show     [--output OUT] [--dataset ID] [--json]
   das ledger verify   [--release OUT ...] [--no-prefect] [--json]
+  das ledger trust-root --output FILE
 
 The ledger is ``--ledger DIR`` (a folder holding ``ledger.sqlite``), ``--url`` (a SQLAlchemy
 URL, e.g. PostgreSQL; its password from DAS_LEDGER_PASSWORD_FILE), else ``DAS_LEDGER_URL`` /
@@ -27,7 +28,10 @@ private key file, or its ``.pub`` when the private half is in ssh-agent. Before 
 owner is shown the statement and what their own journal knows (a second ledger, records
 approved elsewhere, approvals this ledger no longer holds); such findings need
 ``--new-history``. ``verify`` checks the chain, the charters, the Prefect server's witnessed
-heads, and each ``--release`` against the ledger.
+heads, and each ``--release`` against the ledger. ``trust-root`` writes what verifiers pin —
+the ledger's id and its charter chain in force, with the signatures that count — to a new
+file, and prints its SHA-256 as ``sha256sum`` does: publish both beside the releases, again
+after each new charter (``das release verify OUT --trust-root FILE``).
 
 Exit codes: 0 done / intact, 1 verification found problems, 2 refused or usage error, 3 the
 ledger or the Prefect server could not be reached.
@@ -149,6 +153,18 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     )
     verify.add_argument("--json", action="store_true", help="one JSON object on stdout")
     verify.set_defaults(handler=_reporting_faults(_verify))
+
+    trust_root = commands.add_parser(
+        "trust-root",
+        help="write the trust root verifiers pin (the ledger's id and charter chain)",
+    )
+    _where(trust_root)
+    trust_root.add_argument(
+        "--output", required=True, type=resolved_path,
+        help="the file to write (a new file: never overwritten); publish it with the SHA-256 "
+        "printed on stdout",
+    )  # fmt: skip
+    trust_root.set_defaults(handler=_reporting_faults(_trust_root))
 
 
 def _charter_options(parser: argparse.ArgumentParser, required: bool = False) -> None:
@@ -905,3 +921,43 @@ def _verify(args: argparse.Namespace) -> int:
     if ok and result["prefect"] is not None and not witness["checked"]:
         return EXIT_INFRASTRUCTURE
     return EXIT_OK if ok else EXIT_PROBLEMS
+
+
+def _trust_root(args: argparse.Namespace) -> int:
+    """Write the ledger's trust root (:mod:`das.trust.root`) to a new file; its SHA-256 on
+    stdout in ``sha256sum``'s form, what to do with both on stderr."""
+    import hashlib
+
+    from das.io.atomic import atomic_create_bytes
+    from das.trust import root_document
+
+    ledger = _ledger(args)
+    info = ledger.require_intact()
+    chain = ledger.charter_chain()
+    if chain.in_force is None:
+        raise ValueError(
+            f"privacy ledger {info.ledger_id} has no charter in force: only a production "
+            "ledger has a trust root (das ledger init --approvers FILE --quorum K --key KEY, "
+            "then each approver: das ledger charter sign)"
+        )
+    data = root_document(chain.chain)
+    try:
+        atomic_create_bytes(args.output, data)
+    except FileExistsError:
+        raise ValueError(
+            f"{args.output} exists already: a trust root is never overwritten (verifiers may "
+            "have pinned it); write the new one to another file"
+        ) from None
+    print(f"{hashlib.sha256(data).hexdigest()}  {args.output.name}", flush=True)
+    pending = chain.pending
+    print(
+        f"trust root of privacy ledger {info.ledger_id}: charter versions 1 to "
+        f"{chain.in_force.version} (in force)"
+        + (f"; charter {pending.digest[:16]} is pending and not in it" if pending else "")
+        + f". Publish {args.output.name} and the line above beside the releases: a verifier "
+        f"checks it (sha256sum -c) and pins it (das release verify OUT --trust-root "
+        f"{args.output.name}); a holder of an earlier root checks this one with das release "
+        "check-root",
+        file=sys.stderr,
+    )
+    return EXIT_OK

@@ -48,6 +48,7 @@ from das.trust import (
     PublicKey,
     RunOpening,
     RunState,
+    check_pinned_roots,
     configured_store,
     open_ledger,
     release_anchor_problems,
@@ -240,6 +241,7 @@ def check_start(
     plan: RunPlan | None = None if parameters is None else parameters.run_plan()
     measurements = plan.measurements if plan is not None else ()
     ledger = open_ledger()
+    check_pinned_roots(ledger.info.ledger_id, ledger.chain.chain, ledger.info.location)
     production = production_mode() or ledger.production
     check_release_policy(
         request.seed, measurements, cumulative_total=request.cumulative_total,

@@ -23,10 +23,14 @@ can read it alone. Its parts, bottom up:
 - ``journal``: an approver's own memory, outside the ledger, of what they signed.
 - ``release_files``: the names and digest of a published release's files.
 - ``certificate``: what a run signs into its release (in-toto/DSSE).
-- ``verifier``: the outsider's check of a release with public keys only.
+- ``root``: the trust root the approvers publish (the ledger's id and its charter chain) and a
+  verifier pins; how a release's chain, a newer root and a run's ledger are checked against it.
+- ``verifier``: the outsider's check of a release with public keys only, against a root.
 
-What it trusts: the public keys a verifier is given, and the signatures they make; the
-charter a quorum of approvers signed. What it never trusts: a ledger row for itself (the
+What it trusts: the trust root a verifier pins (by its SHA-256, published by the agency) and
+the signatures of the keys it names; the charter a quorum of approvers signed. Its rules —
+who the approvers are, how many must sign, which key may certify — never come from the
+evidence it checks. What it never trusts: a ledger row for itself (the
 operator can write the database: rows that matter carry approvers' or the run key's
 signatures, and the chain's heads are witnessed outside), a label or a name on a key, text
 from a statement (shown escaped), or any statistic of the confidential data (none is ever
@@ -80,6 +84,14 @@ from das.trust.release_files import (
     content_digest,
     read_manifest,
 )
+from das.trust.root import (
+    RootInvalid,
+    TrustRoot,
+    check_pinned_roots,
+    extension_problems,
+    read_trust_root,
+    root_document,
+)
 from das.trust.run_keys import RUN_KEY_ENV, run_key
 from das.trust.signing.canonical import canonical_json
 from das.trust.signing.errors import SignatureInvalid, SigningError
@@ -119,18 +131,22 @@ __all__ = [
     "PrivacyLedger",
     "PublicKey",
     "ReleaseDiffers",
+    "RootInvalid",
     "RunOpening",
     "RunSigner",
     "RunState",
     "SignatureInvalid",
     "SigningError",
+    "TrustRoot",
     "approval_statement",
     "canonical_json",
     "certify",
     "charter_statement",
+    "check_pinned_roots",
     "configured_store",
     "content_digest",
     "decimal_text",
+    "extension_problems",
     "generate_key",
     "ledger_ceilings",
     "ledger_store",
@@ -139,8 +155,10 @@ __all__ = [
     "parse_total",
     "public_key_of",
     "read_manifest",
+    "read_trust_root",
     "release_anchor_problems",
     "release_problems",
+    "root_document",
     "run_key",
     "shown",
     "sign",

@@ -32,6 +32,7 @@ from typing import Any
 
 from das.privacy.mechanisms import parse_fraction_text
 from das.trust.ledger.amounts import decimal_text
+from das.trust.signing.canonical import StrictJSONError, strict_loads
 from das.trust.signing.keys import PublicKey
 
 JOURNAL_TAG = "das-approver-journal/1"
@@ -84,9 +85,11 @@ class ApproverJournal:
         found = []
         for line in self.path.read_text().splitlines():
             try:
-                found.append(json.loads(line))
-            except json.JSONDecodeError:
-                continue  # a line cut by a crash: the rest still speaks
+                entry = strict_loads(line)
+            except StrictJSONError:
+                continue  # a line cut by a crash (or not the journal's): the rest still speaks
+            if isinstance(entry, dict):
+                found.append(entry)
         return found
 
     def _append(self, entry: Mapping[str, Any]) -> None:

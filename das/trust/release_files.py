@@ -11,10 +11,11 @@ differ between attempts.
 from __future__ import annotations
 
 import hashlib
-import json
 from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
+
+from das.trust.signing.canonical import StrictJSONError, strict_loads
 
 MANIFEST = "MANIFEST.json"
 CERTIFICATE = "CERTIFICATE.intoto.json"  # the release's proof (das.trust.certificate)
@@ -29,9 +30,10 @@ def read_manifest(release: Path) -> dict[str, Any] | None:
     if not path.is_file():
         return None
     try:
-        return json.loads(path.read_text())
-    except json.JSONDecodeError:
+        manifest = strict_loads(path.read_bytes())
+    except StrictJSONError:
         return None
+    return manifest if isinstance(manifest, dict) else None
 
 
 def content_digest(files: Mapping[str, Mapping[str, Any]]) -> str:

@@ -1,18 +1,26 @@
 """The outsider's verifier: a release's certificate checked with public keys only — no ledger,
-no Prefect server — against the approver keys the agency publishes (``--trusted-keys``).
+no Prefect server — against the trust root the agency publishes (:mod:`das.trust.root`).
 
-It checks the charter chain signed by trusted approvers from its first version on, the
-certificate (:mod:`das.trust.certificate`) signed by a run key that charter names, a quorum of
-trusted approvers of that charter on an approval of exactly these sealed parameters, this
-dataset and this spend (per pass this run's total exactly, the cumulative total within it, made
-before the approval expired), the files exactly those certified and listed by the MANIFEST, and
-a release labelled private. It says what it proved, or every reason it could not.
+The rules come from the root, never from the release: the release's charter chain must be the
+root's on every version the root holds and signed by a quorum of the charter before on every
+later one; every charter must be valid (:func:`~das.trust.ledger.charter.charter_problems`: a
+quorum of 0, ``"0"`` or ``-1`` is no charter). Then: the certificate
+(:mod:`das.trust.certificate`) signed by a run key that charter names, a quorum of its
+approvers on an approval of exactly these sealed parameters, this dataset and this spend (per
+pass this run's total exactly, the cumulative total within it, made before the approval
+expired), the files exactly those certified and listed by the MANIFEST, and a release labelled
+private. Without a root nothing is proven: a chain read from the release proves only that
+someone signed it. Published approver keys (``trusted``) and ledger ids restrict further. Every
+document is read strictly (a repeated key refused). It says what it proved, or every reason it
+could not.
 """
 
 from __future__ import annotations
 
-import json
-from collections.abc import Iterable, Mapping, Sequence
+import base64
+import binascii
+import datetime as dt
+from collections.abc import Collection, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -21,12 +29,20 @@ from das.privacy.mechanisms import parse_fraction_text
 from das.trust.certificate import PREDICATE_TYPE
 from das.trust.ledger.amounts import decimal_text
 from das.trust.ledger.approvals import APPROVAL_NAMESPACE, APPROVAL_TYPE, Approval
-from das.trust.ledger.charter import Charter, valid_signers
+from das.trust.ledger.charter import Charter, charter_record, valid_signers
 from das.trust.release_files import AUDIT_FILE, CERTIFICATE, MANIFEST
-from das.trust.signing.canonical import canonical_json, sha256_hex
+from das.trust.root import TrustRoot, follow_chain
+from das.trust.signing.canonical import StrictJSONError, canonical_json, sha256_hex, strict_loads
 from das.trust.signing.dsse import verify_envelope
 from das.trust.signing.errors import SignatureInvalid
 from das.trust.signing.keys import PublicKey
+
+NO_ROOT = (
+    "no trust root: the charter chain, the approvers and the quorum were read from the release "
+    "itself, which anyone can write — pass the trust root the agency publishes for its "
+    "production ledger with its SHA-256 (das release verify OUT --trust-root FILE; the agency "
+    "makes it with das ledger trust-root)"
+)
 
 
 def file_digests(folder: Path) -> dict[str, str]:
@@ -48,6 +64,9 @@ class Proof:
     release: Path
     problems: list[str] = field(default_factory=list)
     facts: dict[str, Any] = field(default_factory=dict)
+    # (ledger id, version, digest) of each charter the certificate shows, checked or not: two
+    # releases that show different charters for one ledger and version fail together.
+    shown_charters: list[tuple[str, int, str]] = field(default_factory=list)
 
     @property
     def proven(self) -> bool:
@@ -59,9 +78,9 @@ def _read_envelope(release: Path) -> dict[str, Any]:
     if not path.is_file():
         raise SignatureInvalid(f"no {CERTIFICATE}: the release carries no proof")
     try:
-        envelope = json.loads(path.read_text())
-    except (OSError, UnicodeDecodeError, json.JSONDecodeError) as exc:
-        raise SignatureInvalid(f"{CERTIFICATE} is not readable JSON ({exc})") from None
+        envelope = strict_loads(path.read_bytes().decode("utf-8"))
+    except (OSError, UnicodeDecodeError, StrictJSONError) as exc:
+        raise SignatureInvalid(f"{CERTIFICATE} is not readable strict JSON ({exc})") from None
     if not isinstance(envelope, dict) or set(envelope) != {"payload", "payloadType", "signatures"}:
         raise SignatureInvalid(
             f"{CERTIFICATE} is not a DSSE envelope of its exact form (payload, payloadType, "
@@ -83,61 +102,61 @@ def _read_envelope(release: Path) -> dict[str, Any]:
 def _unverified_statement(envelope: Mapping[str, Any]) -> dict[str, Any]:
     """The envelope's statement before its signature is checked: only to learn which charter
     it claims, whose run keys then decide whether its signature counts."""
-    import base64
-
     try:
-        document = json.loads(base64.b64decode(str(envelope.get("payload", ""))))
-    except (ValueError, TypeError) as exc:
+        document = strict_loads(base64.b64decode(str(envelope["payload"]), validate=True))
+    except (binascii.Error, ValueError) as exc:
         raise SignatureInvalid(f"the certificate's payload is not readable ({exc})") from None
     if not isinstance(document, dict) or not isinstance(document.get("predicate"), dict):
         raise SignatureInvalid("the certificate's payload is not an in-toto statement")
     return document
 
 
+def _shown_charters(records: Any) -> list[tuple[str, int, str]]:
+    """What the certificate says each of its charters is (unchecked), for the check across
+    releases."""
+    shown = []
+    for record in records if isinstance(records, list) else []:
+        statement = record.get("statement") if isinstance(record, dict) else None
+        if isinstance(statement, dict):
+            try:
+                charter = Charter(statement, 0, "")
+                shown.append((str(statement.get("ledger_id")), charter.version, charter.digest))
+            except (TypeError, ValueError):
+                continue
+    return shown
+
+
 def verify_charters(
-    records: Sequence[Mapping[str, Any]], trusted: Sequence[PublicKey], problems: list[str]
+    records: Any,
+    root: TrustRoot | None,
+    trusted: Collection[PublicKey] | None,
+    problems: list[str],
 ) -> Charter | None:
-    """The charter in force at the end of ``records`` (oldest first), each link signed by a
-    quorum of keys that both the charter before it names (the first: itself) and the agency
-    publishes; None (with the reasons) when the chain does not hold."""
-    trusted_set = set(trusted)
-    current: Charter | None = None
-    if not records:
-        problems.append("the certificate carries no charter: the release was not made under one")
+    """The charter the release was made under: the last of ``records`` (its chain, version 1
+    first), when each is a valid charter and the chain is one ``root`` proves
+    (:func:`das.trust.root.follow_chain`); None (with the reasons) otherwise."""
+    if not isinstance(records, list):
+        problems.append("the certificate's charters are not a list")
         return None
+    charters = []
     for index, record in enumerate(records):
-        charter = Charter(dict(record["statement"]), index, "", tuple(record["signatures"]))
-        if current is None and (charter.version != 1 or charter.previous is not None):
-            problems.append("the charter chain does not start at the ledger's first charter")
+        try:
+            statement, signatures = charter_record(record)
+        except ValueError as exc:
+            problems.append(f"the certificate's charter {index + 1}: {exc}")
             return None
-        if current is not None and (
-            charter.previous != current.digest or charter.version != current.version + 1
-        ):
-            problems.append(f"charter version {charter.version} does not continue the one before")
-            return None
-        eligible = charter.approvers if current is None else current.approvers
-        quorum = charter.quorum if current is None else current.quorum
-        signers, _ = charter.signers([k for k in eligible if k in trusted_set])
-        if len(signers) < quorum:
-            untrusted = [k.fingerprint for k in eligible if k not in trusted_set]
-            problems.append(
-                f"charter version {charter.version} (ledger {charter.ledger_id}) is signed by "
-                f"{len(signers)} trusted approver(s); it needs {quorum}"
-                + (
-                    f" (keys it counts on that are not in the trusted keys: {', '.join(untrusted)})"
-                    if untrusted
-                    else ""
-                )
-            )
-            return None
-        current = charter
-    return current
+        charters.append(Charter(statement, index, "", signatures))
+    found = follow_chain(charters, root, trusted)
+    if found:
+        problems.extend(found)
+        return None
+    return charters[-1]
 
 
 def _check_approvals(
     predicate: Mapping[str, Any],
     charter: Charter,
-    trusted: Sequence[PublicKey],
+    trusted: Collection[PublicKey] | None,
     problems: list[str],
 ) -> list[str]:
     """The approval the run spent: signed by a quorum of trusted approvers of ``charter``, of
@@ -147,9 +166,18 @@ def _check_approvals(
         problems.append("the certificate carries no approval: nobody approved this spend")
         return []
     record = approvals[0]
+    if (
+        not isinstance(record, dict)
+        or set(record) != {"statement", "signatures"}
+        or not isinstance(record["statement"], dict)
+        or not isinstance(record["signatures"], list)
+        or not all(isinstance(item, str) for item in record["signatures"])
+    ):
+        problems.append("the certificate's approval is not {statement, signatures}")
+        return []
     approval = Approval(dict(record["statement"]), 0, "", None, tuple(record["signatures"]))
     st = approval.statement
-    eligible = [k for k in charter.approvers if k in set(trusted)]
+    eligible = [k for k in charter.approvers if trusted is None or k in trusted]
     signers, rejected = valid_signers(
         canonical_json(st), approval.signatures, APPROVAL_NAMESPACE, eligible
     )
@@ -206,11 +234,20 @@ def _check_approvals(
                 f"pass {name}: the cumulative spend {decimal_text(cumulative)} is above the "
                 f"approved {decimal_text(parse_fraction_text(allowed[name]['cumulative']))}"
             )
-    authorized = str(predicate.get("authorized_at") or "")
-    if not authorized or authorized >= str(st.get("expires", "")):
-        problems.append(f"the spend ({authorized or 'no time'}) was not made before the "
-                        f"approval expired ({st.get('expires')})")  # fmt: skip
+    authorized, expires = _time(predicate.get("authorized_at")), _time(st.get("expires"))
+    if authorized is None or expires is None or authorized >= expires:
+        problems.append(f"the spend ({predicate.get('authorized_at') or 'no time'}) was not "
+                        f"made before the approval expired ({st.get('expires')})")  # fmt: skip
     return sorted(k.fingerprint + (f" {k.label}" if k.label else "") for k in signers)
+
+
+def _time(value: Any) -> dt.datetime | None:
+    """An ISO 8601 time with its zone, else None (compared as times, not as text)."""
+    try:
+        moment = dt.datetime.fromisoformat(value) if isinstance(value, str) else None
+    except ValueError:
+        return None
+    return moment if moment is not None and moment.tzinfo is not None else None
 
 
 def _check_files(release: Path, statement_doc: Mapping[str, Any], problems: list[str]) -> None:
@@ -237,9 +274,9 @@ def _check_files(release: Path, statement_doc: Mapping[str, Any], problems: list
         if certified[name] != present[name]:
             problems.append(f"{name} differs from the certified file")
     try:
-        manifest = json.loads((release / MANIFEST).read_text())
+        manifest = strict_loads((release / MANIFEST).read_bytes())
         listed = set(manifest.get("files", {}))
-    except (OSError, ValueError, AttributeError):
+    except (OSError, ValueError, AttributeError, TypeError):
         problems.append(f"no readable {MANIFEST}")
         return
     beside = set(present) - {MANIFEST}
@@ -252,7 +289,7 @@ def _check_files(release: Path, statement_doc: Mapping[str, Any], problems: list
 def _check_audit(release: Path, predicate: Mapping[str, Any], problems: list[str]) -> None:
     """The audit in the release states the same spend as the certificate."""
     try:
-        audit = json.loads((release / AUDIT_FILE).read_text())
+        audit = strict_loads((release / AUDIT_FILE).read_bytes())
     except (OSError, ValueError):
         problems.append(f"no readable {AUDIT_FILE}")
         return
@@ -266,36 +303,58 @@ def _check_audit(release: Path, predicate: Mapping[str, Any], problems: list[str
         problems.append(f"the audit states the spend {stated}, the certificate {certified}")
 
 
-def verify_release(release: Path, trusted: Sequence[PublicKey]) -> Proof:
-    """Everything :mod:`this module's <das.trust.verifier>` docstring says is checked."""
+def verify_release(
+    release: Path,
+    trusted: Collection[PublicKey] | None = None,
+    *,
+    root: TrustRoot | None = None,
+) -> Proof:
+    """Everything :mod:`this module's <das.trust.verifier>` docstring says is checked; without
+    ``root`` the release is never proven (:data:`NO_ROOT` says why), though every other check
+    is still made and said. ``trusted``: the published approver keys, when given the only ones
+    whose signatures count."""
     release = Path(release)
     proof = Proof(release)
+    trusted = None if trusted is None else frozenset(trusted)
+    if root is None:
+        proof.problems.append(NO_ROOT)
+    try:
+        _verify(release, trusted, root, proof)
+    except (KeyError, TypeError, ValueError, AttributeError, IndexError) as exc:
+        proof.problems.append(f"the certificate is malformed ({type(exc).__name__}: {exc})"[:300])
+    return proof
+
+
+def _verify(
+    release: Path, trusted: Collection[PublicKey] | None, root: TrustRoot | None, proof: Proof
+) -> None:
     problems = proof.problems
     if not release.is_dir():
         problems.append(f"{release} is not a folder")
-        return proof
+        return
     try:
         envelope = _read_envelope(release)
         claimed = _unverified_statement(envelope)
     except SignatureInvalid as exc:
         problems.append(str(exc))
-        return proof
+        return
     claimed_predicate = claimed["predicate"]
-    charter = verify_charters(claimed_predicate.get("charters") or [], trusted, problems)
+    proof.shown_charters = _shown_charters(claimed_predicate.get("charters"))
+    charter = verify_charters(claimed_predicate.get("charters") or [], root, trusted, problems)
     if charter is None:
-        return proof
+        return
     runners = charter.runners
     if not runners:
         problems.append("the charter names no run key: no pipeline can sign a release under it")
-        return proof
+        return
     try:
         statement_doc, signers = verify_envelope(envelope, runners)
     except SignatureInvalid as exc:
         problems.append(f"the certificate is not signed by a run key of the charter: {exc}")
-        return proof
+        return
     if statement_doc.get("predicateType") != PREDICATE_TYPE:
         problems.append(f"the certificate is not a {PREDICATE_TYPE} statement")
-        return proof
+        return
     predicate = statement_doc["predicate"]
     if predicate.get("charters") != claimed_predicate.get("charters"):
         problems.append("the certificate's charters changed after it was signed")
@@ -314,6 +373,7 @@ def verify_release(release: Path, trusted: Sequence[PublicKey]) -> Proof:
         "product": predicate.get("product"),
         "run_id": predicate.get("run_id"),
         "ledger": predicate.get("ledger"),
+        "trust_root": None if root is None else root.digest,
         "charter": {
             "version": charter.version,
             "digest": charter.digest,
@@ -326,7 +386,6 @@ def verify_release(release: Path, trusted: Sequence[PublicKey]) -> Proof:
         "parameters": (predicate.get("parameters") or {}).get("digest"),
         "content": _content_digest(statement_doc),
     }
-    return proof
 
 
 def _content_digest(statement_doc: Mapping[str, Any]) -> str:
@@ -341,13 +400,35 @@ def _content_digest(statement_doc: Mapping[str, Any]) -> str:
 
 
 def verify_releases(
-    releases: Iterable[Path], trusted: Sequence[PublicKey], ledger_ids: Sequence[str] = ()
+    releases: Iterable[Path],
+    trusted: Collection[PublicKey] | None = None,
+    ledger_ids: Sequence[str] = (),
+    *,
+    roots: Sequence[TrustRoot] = (),
 ) -> list[Proof]:
-    """:func:`verify_release` of each; with ``ledger_ids`` (published beside the approver keys),
-    each must be a release of one of those ledgers; and one check across them: an approval
-    authorizes one run's one release, so releases that carry the same approval with other
-    content (another run, or the same run id in a copy of the ledger) fail, all of them."""
-    proofs = [verify_release(release, trusted) for release in releases]
+    """:func:`verify_release` of each, against the root of its ledger among ``roots`` (a
+    release of a ledger no root pins is not proven when roots are given); with ``ledger_ids``
+    (published beside the approver keys), each must be a release of one of those ledgers; and
+    the checks across them: an approval authorizes one run's one release, so releases that
+    carry the same approval with other content (another run, or the same run id in a copy of
+    the ledger) fail, all of them; and releases that show different charters for one ledger and
+    version (two "charter version 1" of one ledger) fail, all of them."""
+    by_ledger = {root.ledger_id: root for root in roots}
+    if len(by_ledger) != len(roots):
+        raise ValueError("two trust roots of one ledger: pin one (the newest that extends it)")
+    proofs = []
+    for release in releases:
+        root = None
+        if roots:
+            root = by_ledger.get(_claimed_ledger(Path(release)) or "")
+            if root is None and len(roots) == 1:
+                root = roots[0]  # its own check names the other ledger
+        proof = verify_release(release, trusted, root=root)
+        if roots and root is None:  # not "no trust root": none of those given is its ledger's
+            proof.problems[proof.problems.index(NO_ROOT)] = (
+                "made in no ledger a trust root given pins (" + ", ".join(sorted(by_ledger)) + ")"
+            )
+        proofs.append(proof)
     for proof in proofs:
         ledger = (proof.facts.get("ledger") or {}).get("id")
         if ledger_ids and proof.facts and ledger not in set(ledger_ids):
@@ -368,4 +449,44 @@ def verify_releases(
                     f"approval {approval} is spent by another release with other content too "
                     f"({', '.join(others)}): one approval authorizes one release"
                 )
+    _forks(proofs, by_ledger)
     return proofs
+
+
+def _claimed_ledger(release: Path) -> str | None:
+    """The ledger a release's certificate says its first charter is of (unchecked: only to
+    pick the root it is then checked against)."""
+    try:
+        records = _unverified_statement(_read_envelope(release))["predicate"].get("charters")
+        statement = records[0]["statement"]
+        return str(statement["ledger_id"])
+    except (SignatureInvalid, OSError, LookupError, TypeError):
+        return None
+
+
+def _forks(proofs: Sequence[Proof], roots: Mapping[str, TrustRoot]) -> None:
+    """Releases that show two different charters for one ledger and version fail together:
+    one ledger has one charter of each version, so one of them is not that ledger's, and
+    nothing tells which — but where a root pins that version it does tell (the other is
+    refused by its own check), and a forgery anyone can write must not make the agency's
+    release unprovable."""
+    seen: dict[tuple[str, int], dict[str, list[Proof]]] = {}
+    for proof in proofs:
+        for ledger, version, digest in dict.fromkeys(proof.shown_charters):
+            root = roots.get(ledger)
+            if root is not None and version <= len(root.charters):
+                continue
+            seen.setdefault((ledger, version), {}).setdefault(digest, []).append(proof)
+    for (ledger, version), digests in sorted(seen.items()):
+        if len(digests) < 2:
+            continue
+        for digest, holders in digests.items():
+            others = sorted(
+                {str(p.release) for d, ps in digests.items() if d != digest for p in ps}
+            )
+            for proof in holders:
+                proof.problems.append(
+                    f"another release ({', '.join(others)}) shows another charter version "
+                    f"{version} of ledger {ledger:.40}: one ledger has one charter of each "
+                    "version, so these releases fail together"
+                )

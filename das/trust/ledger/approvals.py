@@ -148,19 +148,30 @@ class Approval:
 
 def fold_approvals(entries: Iterable[Entry]) -> list[Approval]:
     """Every approval statement (oldest first) with its signatures and rejection. Rows of the
-    unsigned format of earlier versions carry no statement: they authorize nothing."""
+    unsigned format of earlier versions carry no statement: they authorize nothing; nor does a
+    row that is not of the form the pipeline writes (`das ledger verify` names it), and an
+    approval recorded again counts once, as first recorded (:func:`repeated_approvals`)."""
     found: dict[str, Approval] = {}
     for entry in entries:
-        data = entry.payload
-        if entry.kind == "approval" and isinstance(data.get("statement"), dict):
-            approval = Approval(
-                dict(data["statement"]), entry.seq, entry.at, entry.dataset,
-                tuple(data.get("signatures", ())),
-            )  # fmt: skip
+        try:
+            data = entry.strict_payload  # a repeated key: no approval (verify names it)
+        except ValueError:
+            continue
+        if entry.kind == "approval":
+            statement, signatures = data.get("statement"), data.get("signatures", [])
+            if (
+                not isinstance(statement, dict)
+                or not isinstance(statement.get("approval_id"), str)
+                or not isinstance(signatures, list)
+                or not all(isinstance(item, str) for item in signatures)
+            ):
+                continue
+            approval = Approval(statement, entry.seq, entry.at, entry.dataset, tuple(signatures))
             found.setdefault(approval.approval_id, approval)
         elif entry.kind == "approval-signature" and data.get("approval_id") in found:
-            key = str(data["approval_id"])
-            found[key] = found[key].with_signature(str(data["signature"]))
+            if isinstance(data.get("signature"), str):
+                key = str(data["approval_id"])
+                found[key] = found[key].with_signature(data["signature"])
         elif entry.kind == "approval-rejected" and data.get("approval_id") in found:
             key = str(data["approval_id"])
             item = found[key]
@@ -170,6 +181,33 @@ def fold_approvals(entries: Iterable[Entry]) -> list[Approval]:
                     {**data, "at": entry.at},
                 )  # fmt: skip
     return list(found.values())
+
+
+def repeated_approvals(entries: Iterable[Entry]) -> list[str]:
+    """The ``approval`` rows that record an approval id recorded before: the pipeline records
+    each approval once (co-signers add ``approval-signature`` rows), so a second row — a spent
+    approval appended again, to be spent again — was written around it. It never counts."""
+    first: dict[str, int] = {}
+    problems = []
+    for entry in entries:
+        if entry.kind != "approval":
+            continue
+        try:
+            statement = entry.strict_payload.get("statement")
+        except ValueError:
+            continue
+        ident = statement.get("approval_id") if isinstance(statement, dict) else None
+        if not isinstance(ident, str):
+            continue
+        if ident in first:
+            problems.append(
+                f"entry {entry.seq} records approval {ident[:40]} again (entry {first[ident]} "
+                "recorded it): written around the pipeline (a spent approval appended again?); "
+                "it counts once"
+            )
+        else:
+            first[ident] = entry.seq
+    return problems
 
 
 APPROVAL_KINDS = ("approval", "approval-signature", "approval-rejected")

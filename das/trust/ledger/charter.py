@@ -13,6 +13,12 @@ charter chain itself names, and a verifier outside the enclave checks the same c
 the approver keys the agency publishes (:mod:`das.trust.verifier`). An operator who can write
 the database but holds no approver key can add a charter entry, never put one in force.
 
+Wherever a charter is read — the ledger's fold, a trust root (:mod:`das.trust.root`), a
+release's certificate (:mod:`das.trust.verifier`), a charter about to be proposed — it is
+checked by one function, :func:`charter_problems`: exact types and fields, a quorum from 1 to
+the number of distinct approvers, no key both approver and runner, known ceilings within the
+system's limits. A charter that fails it is never in force and never proves anything.
+
 Entries: ``charter`` (``{"statement": ..., "signatures": [...]}``, the proposer's signature
 first) and ``charter-signature`` (``{"charter": <digest>, "signature": ...}``).
 """
@@ -20,6 +26,7 @@ first) and ``charter-signature`` (``{"charter": <digest>, "signature": ...}``).
 from __future__ import annotations
 
 import datetime as dt
+import re
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from fractions import Fraction
@@ -31,13 +38,140 @@ from das.trust.ledger.amounts import decimal_text, unit
 from das.trust.ledger.errors import LedgerRefused
 from das.trust.ledger.store import Entry
 from das.trust.signing.canonical import canonical_json, statement_digest
-from das.trust.signing.errors import SignatureInvalid
+from das.trust.signing.errors import SignatureInvalid, SigningError
 from das.trust.signing.keys import PublicKey
 from das.trust.signing.sshsig import signature_key, verify
 from das.trust.text import shown
 
 CHARTER_TYPE = "das-charter/1"
 CHARTER_NAMESPACE = "das-charter"
+# Every field a charter carries, and nothing else (what charter_statement writes).
+CHARTER_FIELDS = frozenset(
+    {"type", "ledger_id", "version", "previous", "approvers", "quorum", "runners", "ceilings",
+     "made"}
+)  # fmt: skip
+_HEX64 = re.compile(r"[0-9a-f]{64}")
+
+
+def exact_int(value: Any) -> bool:
+    """An integer of JSON, not a bool (``True`` is an int to Python), not a string."""
+    return isinstance(value, int) and not isinstance(value, bool)
+
+
+def _key_list(value: Any, what: str, problems: list[str]) -> list[PublicKey]:
+    if not isinstance(value, list):
+        problems.append(f"its {what} are not a list")
+        return []
+    keys = []
+    for index, item in enumerate(value):
+        try:
+            keys.append(PublicKey.from_dict(item))
+        except (SigningError, TypeError) as exc:
+            problems.append(f"its {what}[{index}] is not a key ({exc})")
+    return keys
+
+
+def charter_problems(statement: Any) -> list[str]:
+    """What keeps ``statement`` from being a charter this system could make ([] when nothing):
+    the exact fields (:data:`CHARTER_FIELDS`) of exact types; ``version`` an integer from 1,
+    ``previous`` nothing for version 1 and a SHA-256 digest after; a non-empty list of distinct
+    approver keys and a list of run keys, none both; a quorum an integer (not a bool, not a
+    string) from 1 to the number of approvers; a ceiling per known privacy definition, exact
+    fraction text within the system's maximum; ``made`` a time with its zone. The one check of
+    a charter wherever one is read."""
+    if not isinstance(statement, Mapping):
+        return ["a charter is a JSON object"]
+    problems: list[str] = []
+    missing = sorted(CHARTER_FIELDS - set(statement))
+    unknown = sorted(str(name)[:40] for name in set(statement) - CHARTER_FIELDS)
+    if missing:
+        problems.append(f"it lacks {', '.join(missing)}")
+    if unknown:
+        problems.append(f"it has unknown fields {', '.join(map(repr, unknown))}")
+    if statement.get("type") != CHARTER_TYPE or not isinstance(statement.get("type"), str):
+        problems.append(f"its type is not {CHARTER_TYPE!r}")
+    ledger_id = statement.get("ledger_id")
+    if not isinstance(ledger_id, str) or not ledger_id:
+        problems.append("its ledger_id is not a non-empty string")
+    version, previous = statement.get("version"), statement.get("previous")
+    if not exact_int(version) or version < 1:
+        problems.append(f"its version {str(version)[:20]!r} is not an integer from 1")
+    elif version == 1 and previous is not None:
+        problems.append("version 1 continues nothing (its previous must be null)")
+    elif version > 1 and not (isinstance(previous, str) and _HEX64.fullmatch(previous)):
+        problems.append(f"version {version} names no previous charter by its SHA-256 digest")
+    approvers = _key_list(statement.get("approvers"), "approvers", problems)
+    runners = _key_list(statement.get("runners"), "runners", problems)
+    distinct = set(approvers)
+    if isinstance(statement.get("approvers"), list) and not statement["approvers"]:
+        problems.append("it names no approver")
+    if len(distinct) != len(approvers):
+        problems.append("an approver's key is listed twice")
+    quorum = statement.get("quorum")
+    if not exact_int(quorum):
+        problems.append(f"its quorum {str(quorum)[:20]!r} is not an integer")
+    elif not 1 <= quorum <= len(distinct):
+        shown_quorum = str(quorum) if abs(quorum) < 10**12 else "a huge number"
+        problems.append(
+            f"a quorum of {shown_quorum} is not between 1 and {len(distinct)} (its approvers)"
+        )
+    both = sorted(k.fingerprint for k in distinct & set(runners))
+    if both:
+        problems.append(
+            "a key cannot both approve spends and run the pipeline (" + ", ".join(both) + ")"
+        )
+    problems += _ceiling_problems(statement.get("ceilings"))
+    made = statement.get("made")
+    try:
+        if not isinstance(made, str) or dt.datetime.fromisoformat(made).tzinfo is None:
+            raise ValueError
+    except ValueError:
+        problems.append("its made is not a time with its zone (ISO 8601)")
+    return problems
+
+
+def _ceiling_problems(ceilings: Any) -> list[str]:
+    """A ceiling for each privacy definition the system knows, as exact fraction text in
+    (0, the system's maximum]."""
+    if not isinstance(ceilings, Mapping):
+        return ["its ceilings are not an object"]
+    problems = []
+    for definition in sorted(map(str, set(ceilings) - set(MAX_PASS_TOTAL))):
+        problems.append(f"unknown privacy definition {definition[:40]!r} in its ceilings")
+    for definition in sorted(set(MAX_PASS_TOTAL) - set(ceilings)):
+        problems.append(f"it has no {definition} ceiling")
+    for definition in sorted(set(ceilings) & set(MAX_PASS_TOTAL)):
+        text = ceilings[definition]
+        try:
+            if not isinstance(text, str):
+                raise ValueError
+            value = Fraction(text)
+            if fraction_text(value) != text:
+                raise ValueError
+        except (ValueError, ZeroDivisionError):
+            problems.append(f"its {definition} ceiling is not exact fraction text")
+            continue
+        if not 0 < value <= MAX_PASS_TOTAL[definition]:
+            problems.append(
+                f"a ceiling of {unit(definition)} {decimal_text(value)} is outside (0, "
+                f"{decimal_text(MAX_PASS_TOTAL[definition])}]"
+            )
+    return problems
+
+
+def charter_record(record: Any) -> tuple[dict[str, Any], tuple[str, ...]]:
+    """The statement and signatures of a charter as certificates and trust roots carry it,
+    ``{"statement": {...}, "signatures": ["-----BEGIN SSH SIGNATURE-----..."]}`` exactly;
+    ValueError naming what is wrong (the statement's :func:`charter_problems` too)."""
+    if not isinstance(record, Mapping) or set(record) != {"statement", "signatures"}:
+        raise ValueError("a charter record is exactly {statement, signatures}")
+    signatures = record["signatures"]
+    if not isinstance(signatures, list) or not all(isinstance(s, str) for s in signatures):
+        raise ValueError("a charter record's signatures are a list of text")
+    problems = charter_problems(record["statement"])
+    if problems:
+        raise ValueError("not a valid charter: " + "; ".join(problems))
+    return dict(record["statement"]), tuple(signatures)
 
 
 def keys_of(items: Iterable[Mapping[str, Any]]) -> tuple[PublicKey, ...]:
@@ -87,7 +221,7 @@ class Charter:
 
     @property
     def version(self) -> int:
-        return int(self.statement["version"])
+        return _exact(self.statement["version"], "version")
 
     @property
     def previous(self) -> str | None:
@@ -103,7 +237,7 @@ class Charter:
 
     @property
     def quorum(self) -> int:
-        return int(self.statement["quorum"])
+        return _exact(self.statement["quorum"], "quorum")
 
     @property
     def ceilings(self) -> dict[str, Fraction]:
@@ -138,6 +272,14 @@ class Charter:
                 else "  the ledger's first charter\n"
             )
         )
+
+
+def _exact(value: Any, name: str) -> int:
+    """An exact integer of a charter; never a string or a bool read as one (a quorum of
+    ``"0"`` or ``True``)."""
+    if not exact_int(value):
+        raise ValueError(f"a charter's {name} is not an integer: not a valid charter")
+    return int(value)
 
 
 @dataclass
@@ -190,28 +332,44 @@ class CharterChain:
 
 
 def fold_charters(entries: Iterable[Entry]) -> CharterChain:
-    """The charters of a ledger from its entries (``charter`` and ``charter-signature``), with
-    the one in force: each signature verified, duplicates and strangers not counted."""
+    """The charters of a ledger from its entries (``init``, ``charter`` and
+    ``charter-signature``), with the one in force: each signature verified, duplicates and
+    strangers not counted, and a charter that is not valid (:func:`charter_problems`, or of
+    another ledger than the ``init`` entry names) never counted — named in ``problems``."""
     chain = CharterChain()
     by_digest: dict[str, int] = {}
+    ledger_id: str | None = None
     for entry in entries:
-        if entry.kind == "charter":
-            data = entry.payload
-            charter = Charter(
-                dict(data["statement"]), entry.seq, entry.at, tuple(data.get("signatures", ()))
-            )
+        if entry.kind == "init":
+            ledger_id = _payload(entry).get("ledger_id")
+        elif entry.kind == "charter":
+            data = _payload(entry)
+            try:
+                statement, signatures = charter_record(
+                    {"statement": data.get("statement"), "signatures": data.get("signatures", [])}
+                )
+            except ValueError as exc:
+                chain.problems.append(f"entry {entry.seq}: {exc}: never in force (forged?)")
+                continue
+            if ledger_id is not None and statement["ledger_id"] != ledger_id:
+                chain.problems.append(
+                    f"entry {entry.seq}: a charter of ledger {statement['ledger_id']!s:.40}, not "
+                    f"of this one ({ledger_id}): never in force (copied from another ledger?)"
+                )
+                continue
+            charter = Charter(statement, entry.seq, entry.at, signatures)
             if charter.digest in by_digest:
                 chain.problems.append(f"entry {entry.seq}: the same charter proposed again")
                 continue
             by_digest[charter.digest] = len(chain.charters)
             chain.charters.append(charter)
         elif entry.kind == "charter-signature":
-            data = entry.payload
+            data = _payload(entry)
             index = by_digest.get(str(data.get("charter")))
-            if index is None:
+            if index is None or not isinstance(data.get("signature"), str):
                 chain.problems.append(f"entry {entry.seq}: a signature of an unknown charter")
                 continue
-            chain.charters[index] = chain.charters[index].with_signature(str(data["signature"]))
+            chain.charters[index] = chain.charters[index].with_signature(data["signature"])
     current: Charter | None = None
     for charter in chain.charters:
         continues = (
@@ -230,41 +388,27 @@ def fold_charters(entries: Iterable[Entry]) -> CharterChain:
     return chain
 
 
+def _payload(entry: Entry) -> dict[str, Any]:
+    """An entry's payload read strictly ({} when it cannot be: a row written by hand, which
+    `das ledger verify` names)."""
+    try:
+        return entry.strict_payload
+    except ValueError:
+        return {}
+
+
 def check_charter_statement(
     statement: Mapping[str, Any], ledger_id: str, previous: Charter | None
 ) -> None:
-    """Refuse a charter that could not work: no approvers, a quorum above their number, a key
-    both approver and runner (the operator who runs the pipeline holds no approver key), a
-    ceiling above the system's maximum, another ledger, or a broken continuation."""
-    problems = []
-    if statement.get("type") != CHARTER_TYPE:
-        problems.append(f"not a {CHARTER_TYPE} statement")
-    if statement.get("ledger_id") != ledger_id:
-        problems.append(f"it names ledger {statement.get('ledger_id')}, not {ledger_id}")
-    approvers = keys_of(statement.get("approvers", ()))
-    runners = keys_of(statement.get("runners", ()))
-    quorum = int(statement.get("quorum", 0))
-    if not approvers:
-        problems.append("it names no approver")
-    if len(set(approvers)) != len(approvers):
-        problems.append("an approver's key is listed twice")
-    if not 1 <= quorum <= len(set(approvers)):
-        problems.append(f"a quorum of {quorum} is not between 1 and {len(set(approvers))}")
-    both = sorted(k.fingerprint for k in set(approvers) & set(runners))
-    if both:
-        problems.append(
-            "a key cannot both approve spends and run the pipeline (" + ", ".join(both) + ")"
-        )
-    for definition, text in dict(statement.get("ceilings", {})).items():
-        if definition not in MAX_PASS_TOTAL:
-            problems.append(f"unknown privacy definition {definition!r}")
-        elif not 0 < Fraction(text) <= MAX_PASS_TOTAL[definition]:
-            problems.append(
-                f"a ceiling of {unit(definition)} {decimal_text(Fraction(text))} is outside (0, "
-                f"{decimal_text(MAX_PASS_TOTAL[definition])}]"
-            )
-    version = int(statement.get("version", 0))
-    if previous is None and (version != 1 or statement.get("previous") is not None):
+    """Refuse a charter that could not work (:func:`charter_problems`: no approvers, a quorum
+    outside 1 to their number, a key both approver and runner — the operator who runs the
+    pipeline holds no approver key —, a ceiling above the system's maximum...), of another
+    ledger, or that does not continue the charter in force."""
+    problems = charter_problems(statement)
+    if not problems and statement["ledger_id"] != ledger_id:
+        problems.append(f"it names ledger {statement['ledger_id']}, not {ledger_id}")
+    version = statement.get("version") if isinstance(statement, Mapping) else None
+    if previous is None and not problems and version != 1:
         problems.append("the first charter of a ledger is version 1 and continues nothing")
     if previous is not None and (
         version != previous.version + 1 or statement.get("previous") != previous.digest

@@ -36,7 +36,7 @@ from das.privacy.mechanisms import ZCDP, Budget, fraction_text
 from das.refusal import Remedy
 from das.trust.ledger import anchors, draws, spending, validations
 from das.trust.ledger.amounts import PassSpend, decimal_text
-from das.trust.ledger.approvals import Approval, fold_approvals
+from das.trust.ledger.approvals import Approval, fold_approvals, repeated_approvals
 from das.trust.ledger.charter import Charter, CharterChain, check_charter_statement, fold_charters
 from das.trust.ledger.draws import DrawRecord
 from das.trust.ledger.errors import LedgerRefused
@@ -104,6 +104,7 @@ def signature_problems(entries: Sequence[Entry]) -> list[str]:
     problems: list[str] = []
     chain = fold_charters(entries)
     problems += chain.problems
+    problems += repeated_approvals(entries)
     for charter in chain.charters:
         eligible, _ = chain.required(charter)
         for reason in charter.signers(eligible)[1]:
@@ -144,6 +145,21 @@ def signature_problems(entries: Sequence[Entry]) -> list[str]:
                     f"entry {entry.seq} ({entry.kind} of run {entry.run_id}) is not signed by a "
                     "run key of the charter: written around the pipeline (forged?)"
                 )
+    return problems
+
+
+def _unreadable(entries: Sequence[Entry]) -> list[str]:
+    """Entries whose payload is not one JSON object with each key once: no row the pipeline
+    writes (its payloads are canonical JSON), and one two readers could read two ways."""
+    problems = []
+    for entry in entries:
+        try:
+            _ = entry.strict_payload
+        except ValueError as exc:
+            problems.append(
+                f"entry {entry.seq} ({entry.kind}) is not readable as written: {exc}; written "
+                "around the pipeline (forged?)"
+            )
     return problems
 
 
@@ -291,6 +307,9 @@ class PrivacyLedger:
         if not entries:
             return [self._uninitialized()]
         problems = chain_problems(entries)
+        unreadable = _unreadable(entries)
+        if unreadable:  # what folds the entries would read them otherwise than written
+            return problems + unreadable
         commitment = entries[0].payload.get("key_sha256") if entries[0].kind == "init" else None
         if key is None or hashlib.sha256(key.encode()).hexdigest() != commitment:
             problems.append("the ledger's key does not match the commitment of its init entry")

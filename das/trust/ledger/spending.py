@@ -41,7 +41,7 @@ from das.trust.ledger.store import LedgerTransaction
 
 
 def charter_chain(db: LedgerTransaction) -> CharterChain:
-    return fold_charters(db.entries(kinds=("charter", "charter-signature")))
+    return fold_charters(db.entries(kinds=("init", "charter", "charter-signature")))
 
 
 def ceilings(info: LedgerInfo, chain: CharterChain) -> dict[str, Fraction]:

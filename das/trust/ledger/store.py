@@ -49,6 +49,7 @@ from sqlalchemy.exc import ArgumentError, DatabaseError, OperationalError
 from sqlalchemy.pool import NullPool
 
 from das.trust.ledger.errors import LedgerRefused, LedgerUnavailable
+from das.trust.signing.canonical import StrictJSONError, strict_loads
 
 LEDGER_FILE = "ledger.sqlite"
 # PostgreSQL advisory lock held while a ledger's tables and first entries are created.
@@ -111,6 +112,17 @@ class Entry:
     @property
     def payload(self) -> dict[str, Any]:
         return json.loads(self.payload_text)
+
+    @property
+    def strict_payload(self) -> dict[str, Any]:
+        """The payload read as a signed document is (:func:`~das.trust.signing.canonical.
+        strict_loads`: a repeated key refused): for the entries that carry statements and
+        signatures, and for ``das ledger verify``, which names a payload no reader may read
+        two ways. StrictJSONError otherwise (a row written around the pipeline)."""
+        data = strict_loads(self.payload_text)
+        if not isinstance(data, dict):
+            raise StrictJSONError("the payload is not a JSON object")
+        return data
 
     def expected_hash(self) -> str:
         return entry_hash(

@@ -11,13 +11,13 @@ draw records are the only ones that count).
 
 from __future__ import annotations
 
-import json
 from pathlib import Path
 from typing import Any
 
 from das.trust.ledger.ledger import PrivacyLedger
 from das.trust.ledger.state import LedgerInfo
 from das.trust.release_files import AUDIT_FILE, CERTIFICATE, MANIFEST, content_digest, read_manifest
+from das.trust.signing.canonical import StrictJSONError, strict_loads
 
 
 def _audit_noise_ids(audit: dict[str, Any]) -> dict[str, str | None]:
@@ -82,8 +82,10 @@ def release_problems(ledger: PrivacyLedger, info: LedgerInfo, release: Path) -> 
         problems.append("the MANIFEST differs from the one the ledger recorded at publication")
     audit_path = release / AUDIT_FILE
     try:
-        audit = json.loads(audit_path.read_text())
-    except (OSError, json.JSONDecodeError):
+        audit = strict_loads(audit_path.read_bytes())
+        if not isinstance(audit, dict):
+            raise StrictJSONError("not an object")
+    except (OSError, StrictJSONError):
         return [*problems, f"{AUDIT_FILE}: missing or unreadable"]
     recorded = audit.get("privacy_ledger") or {}
     if recorded.get("dataset") != state.dataset:

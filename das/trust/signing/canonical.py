@@ -5,6 +5,11 @@ value that may hold only strings, integers, booleans, ``None``, lists, tuples an
 string keys. Floats are refused: exact budgets travel as strings (``"1/3"``), and a float's text
 form is not a promise two programs keep. Keys sort by code point (Python's ``sort_keys``), which is
 RFC 8785's order except for keys with characters outside the Basic Multilingual Plane.
+
+:func:`strict_loads` is the one reader of a signed document (a certificate, its payload, a
+trust root, a statement from the ledger): JSON with a key repeated in one object is refused,
+since two readers (ours keeps the last, another may keep the first) would see two documents,
+and so are ``NaN`` and ``Infinity``, which are not JSON.
 """
 
 from __future__ import annotations
@@ -13,7 +18,7 @@ import hashlib
 import json
 from typing import Any
 
-__all__ = ["canonical_json", "sha256_hex", "statement_digest"]
+__all__ = ["StrictJSONError", "canonical_json", "sha256_hex", "statement_digest", "strict_loads"]
 
 
 def canonical_json(obj: Any) -> bytes:
@@ -33,6 +38,37 @@ def sha256_hex(data: bytes) -> str:
 def statement_digest(obj: Any) -> str:
     """SHA-256 hex of ``canonical_json(obj)``: names a statement independently of its layout."""
     return sha256_hex(canonical_json(obj))
+
+
+class StrictJSONError(ValueError):
+    """A document that is not strict JSON: not JSON, a repeated key, ``NaN``/``Infinity``."""
+
+
+def strict_loads(text: str | bytes) -> Any:
+    """The value of the JSON document ``text``; StrictJSONError when it is not JSON, or an
+    object in it repeats a key, or it holds ``NaN`` or ``Infinity``."""
+    try:
+        return json.loads(text, object_pairs_hook=_unique_keys, parse_constant=_no_constant)
+    except StrictJSONError:
+        raise
+    except (ValueError, TypeError, RecursionError) as exc:  # UnicodeDecodeError is a ValueError
+        raise StrictJSONError(str(exc)) from None
+
+
+def _unique_keys(pairs: list[tuple[str, Any]]) -> dict[str, Any]:
+    seen: set[str] = set()
+    for key, _ in pairs:
+        if key in seen:
+            raise StrictJSONError(
+                f"the key {key[:80]!r} appears twice in one object (two readers could read two "
+                "documents)"
+            )
+        seen.add(key)
+    return dict(pairs)
+
+
+def _no_constant(name: str) -> Any:
+    raise StrictJSONError(f"{name} is not JSON")
 
 
 def _where(path: str) -> str:

@@ -26,7 +26,7 @@ from securesystemslib.dsse import Envelope
 from securesystemslib.exceptions import UnverifiedSignatureError, VerificationError
 from securesystemslib.signer import CryptoSigner, Signature, SSlibKey
 
-from das.trust.signing.canonical import canonical_json
+from das.trust.signing.canonical import StrictJSONError, canonical_json, strict_loads
 from das.trust.signing.errors import SignatureInvalid, SigningError
 from das.trust.signing.keys import (
     PublicKey,
@@ -148,13 +148,9 @@ def verify_envelope(
             f"{by_other}"
         )
     try:
-        document = json.loads(
-            payload.decode("utf-8"),
-            parse_constant=_refuse_constant,
-            object_pairs_hook=_unique_keys,
-        )
-    except (UnicodeDecodeError, ValueError) as exc:
-        raise SignatureInvalid(f"the payload is not JSON ({exc})") from None
+        document = strict_loads(payload.decode("utf-8"))
+    except (UnicodeDecodeError, StrictJSONError) as exc:
+        raise SignatureInvalid(f"the payload is not JSON: {exc}") from None
     problem = _statement_problem(document)
     if problem:
         raise SignatureInvalid(f"the payload is not an in-toto Statement v1: {problem}")
@@ -210,20 +206,6 @@ def _b64(value: Any, name: str) -> bytes:
         return base64.b64decode(value, validate=True)
     except (binascii.Error, ValueError):
         raise SignatureInvalid(f"malformed envelope: {name} is not valid base64") from None
-
-
-def _refuse_constant(name: str) -> Any:
-    raise ValueError(f"{name} is not JSON")
-
-
-def _unique_keys(pairs: list[tuple[str, Any]]) -> dict[str, Any]:
-    """A JSON object, refused when a key repeats (two readers could see two statements)."""
-    seen: set[str] = set()
-    for key, _ in pairs:
-        if key in seen:
-            raise ValueError(f"the key {key[:80]!r} appears twice in one object")
-        seen.add(key)
-    return dict(pairs)
 
 
 def _statement_problem(document: Any) -> str:
