@@ -5,6 +5,7 @@ that the verifier's tests are fast and can tamper with any part of it."""
 
 from __future__ import annotations
 
+import base64
 import json
 import shutil
 import uuid
@@ -18,8 +19,10 @@ from das.io.writers import file_sha256
 from das.trust import (
     APPROVAL_NAMESPACE,
     AUDIT_FILE,
+    CERTIFICATE,
     CHARTER_NAMESPACE,
     MANIFEST,
+    Charter,
     LedgerStore,
     PrivacyLedger,
     PublicKey,
@@ -174,3 +177,33 @@ def copy_release(release: Path, to: Path) -> Path:
     """Another copy of a release folder (what anyone holding a published release can make)."""
     shutil.copytree(release, to, symlinks=True)
     return to
+
+
+def forge(
+    release: Path,
+    to: Path,
+    run_key: Path,
+    charter: dict[str, Any],
+    signers: tuple[Path, ...] = (),
+) -> Path:
+    """What the attacker makes of a published release: a copy with a count changed and its
+    MANIFEST recomputed, its charter changed to ``charter``'s fields, every approver signature
+    dropped (or made again by ``signers``), and the envelope signed with their own ``run_key``."""
+    forged = copy_release(release, to)
+    (forged / TABLE).write_text("1|USA|0001|999\n")
+    manifest = json.loads((forged / MANIFEST).read_text())
+    for name, item in manifest["files"].items():
+        item["sha256"] = file_sha256(forged / name)
+    (forged / MANIFEST).write_text(json.dumps(manifest))
+    envelope = json.loads((forged / CERTIFICATE).read_text())
+    predicate = json.loads(base64.b64decode(envelope["payload"]))["predicate"]
+    statement = predicate["charters"][0]["statement"] | charter
+    approval = predicate["approvals"][0]["statement"]
+    approval["charter"] = Charter(statement, 0, "").digest
+    predicate["charters"] = [{"statement": statement, "signatures": [
+        sign(canonical_json(statement), CHARTER_NAMESPACE, k) for k in signers]}]  # fmt: skip
+    predicate["approvals"] = [{"statement": approval, "signatures": [
+        sign(canonical_json(approval), APPROVAL_NAMESPACE, k) for k in signers]}]  # fmt: skip
+    (forged / CERTIFICATE).unlink()
+    certify(forged, predicate, run_key, manifest)
+    return forged

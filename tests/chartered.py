@@ -29,6 +29,15 @@ class Chartered:
     def ledger_id(self) -> str:
         return PrivacyLedger(LedgerStore.in_directory(self.ledger)).info().ledger_id
 
+    def trust_root(self) -> Path:
+        """The ledger's trust root, as its approvers publish it (`das ledger trust-root`),
+        written once beside the ledger."""
+        path = self.ledger.with_name(self.ledger.name + "-trust-root.json")
+        if not path.exists():
+            argv = ["ledger", "trust-root", "--ledger", str(self.ledger), "--output", str(path)]
+            assert das_main(argv) == 0
+        return path
+
     def approve(
         self,
         config: Path,

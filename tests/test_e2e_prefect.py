@@ -38,7 +38,7 @@ from prefect_stack import (
 )
 
 from das.prefect_auth import basic_authorization
-from das.trust import LedgerStore, PrivacyLedger
+from das.trust import LedgerStore, PrivacyLedger, root_document
 
 pytestmark = [pytest.mark.e2e, pytest.mark.slow]
 
@@ -386,11 +386,11 @@ def test_a_second_release_waits_for_signatures_and_the_ledger_records_every_deci
     assert [p["prior"] for p in audit["privacy_ledger"]["passes"]] == [
         p["this_run"] for p in audit["privacy_ledger"]["passes"]
     ]  # the second release's earlier spend is the first one's
-    # Proven outside the enclave with the approver's public key alone.
-    trusted = stack.root / "trusted.pub"
-    trusted.write_text((stack.root / "keys" / "local-approver.pub").read_text())
+    # Proven outside the enclave with the trust root the approvers publish, and nothing else.
+    root = stack.root / "trust-root.json"
+    root.write_bytes(root_document(ledger.charter_chain().chain))
     done = subprocess.run([str(VENV_BIN / "das"), "release", "verify",
-                           str(release), "--trusted-keys", str(trusted)],
+                           str(release), "--trust-root", str(root)],
                           capture_output=True, text=True, env={"PATH": "/usr/bin:/bin"},
                           timeout=120)  # fmt: skip
     assert done.returncode == 0 and "PROVEN" in done.stdout, done.stdout + done.stderr

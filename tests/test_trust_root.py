@@ -21,20 +21,18 @@ from typing import Any
 
 import pytest
 from certified import (
-    TABLE,
     Certified,
     certified_run,
     copy_release,
+    forge,
     make_certified,
     make_chartered_ledger,
     rotate,
 )
 
 from das.cli import main as das_main
-from das.io.writers import file_sha256
 from das.refusal import RunRefused
 from das.trust import (
-    APPROVAL_NAMESPACE,
     CERTIFICATE,
     CHARTER_NAMESPACE,
     MANIFEST,
@@ -60,36 +58,6 @@ def made(tmp_path_factory: pytest.TempPathFactory) -> Certified:
 def _text(proof: Any) -> str:
     assert not proof.proven, "a forgery was proven"
     return "\n".join(proof.problems)
-
-
-def forge(
-    release: Path,
-    to: Path,
-    run_key: Path,
-    charter: dict[str, Any],
-    signers: tuple[Path, ...] = (),
-) -> Path:
-    """What the attacker makes of a published release: a copy with a count changed and its
-    MANIFEST recomputed, its charter changed to ``charter``'s fields, every approver signature
-    dropped (or made again by ``signers``), and the envelope signed with their own ``run_key``."""
-    forged = copy_release(release, to)
-    (forged / TABLE).write_text("1|USA|0001|999\n")
-    manifest = json.loads((forged / MANIFEST).read_text())
-    for name, item in manifest["files"].items():
-        item["sha256"] = file_sha256(forged / name)
-    (forged / MANIFEST).write_text(json.dumps(manifest))
-    envelope = json.loads((forged / CERTIFICATE).read_text())
-    predicate = json.loads(base64.b64decode(envelope["payload"]))["predicate"]
-    statement = predicate["charters"][0]["statement"] | charter
-    approval = predicate["approvals"][0]["statement"]
-    approval["charter"] = Charter(statement, 0, "").digest
-    predicate["charters"] = [{"statement": statement, "signatures": [
-        sign(canonical_json(statement), CHARTER_NAMESPACE, k) for k in signers]}]  # fmt: skip
-    predicate["approvals"] = [{"statement": approval, "signatures": [
-        sign(canonical_json(approval), APPROVAL_NAMESPACE, k) for k in signers]}]  # fmt: skip
-    (forged / CERTIFICATE).unlink()
-    certify(forged, predicate, run_key, manifest)
-    return forged
 
 
 def _root_file(made: Certified, path: Path) -> Path:

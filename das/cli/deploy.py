@@ -298,10 +298,12 @@ def ledger_id(store: LedgerStore, local: bool, root: Path | None = None) -> str:
         if local and blank and root is not None:
             info = create_local_ledger(store, root)
             approver = root / "keys" / "local-approver"
+            where = f"--ledger {store.path.parent}" if store.path else '--url "$DAS_LEDGER_URL"'
             print(f"das deploy: created the local privacy ledger {info.ledger_id} at "
                   f"{info.location}, chartered with the local approver key (quorum 1): "
-                  f"approvals are signed with --key {approver}, releases verified with "
-                  f"--trusted-keys {approver}.pub", flush=True)  # fmt: skip
+                  f"approvals are signed with --key {approver}; its trust root, which "
+                  f"releases are verified against: das ledger trust-root {where} --output "
+                  "trust-root.json", flush=True)  # fmt: skip
             return info.ledger_id
         return PrivacyLedger(store).require_intact().ledger_id
     except RunRefused as exc:
