@@ -14,8 +14,8 @@ tests/test_dask_cluster.py tests those). The commands are the page's, as typed.
 - ``tutorial``: docs/tutorials/first-release.md, every step of it.
 - ``production``: docs/tutorials/first-production-release.md, the part that runs on one
   machine (approvers' and run keys made with ssh-keygen, the chartered ledger, the second
-  approver's charter signature, a refused run, two signed approvals, the production run, `das
-  release verify` with the approvers' public keys, `das ledger verify`). The server, `das
+  approver's charter signature, the trust root published, a refused run, two signed approvals,
+  the production run, `das release verify --trust-root`, `das ledger verify`). The server, `das
   deploy` and the worker are what the end-to-end tests run (`.ci/e2e-prefect`:
   tests/test_e2e_prefect.py, with `das deploy --local`).
 """

@@ -4,8 +4,9 @@ An approver is a key, not a name (git's ``gpg.ssh.allowedSignersFile`` works the
 :class:`PublicKey` is the SSH wire-format blob that ``ssh-keygen`` fingerprints, with a label
 (the comment, or the allowed-signers principal) that is for people only and never makes two keys
 different. Keys come from the lines people already have: ``~/.ssh/id_ed25519.pub`` or a line of
-an allowed-signers file. Everything else (a private key pasted by mistake, a certificate, junk)
-is refused with the file and line, and no message ever quotes what was pasted.
+an allowed-signers file. Everything else — a private key pasted by mistake, a certificate,
+junk, an allowed-signers line with options (what a key may sign is the charter's to say) — is
+refused with the file and line, and no message ever quotes what was pasted.
 """
 
 from __future__ import annotations
