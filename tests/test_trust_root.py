@@ -2,12 +2,14 @@
 approver key of a quorum of two, can write the ledger and the run folders, and holds every
 published release. Each numbered finding has its test here, written so that it runs on the
 code before this change too (the new names are reached only after the assertion that failed
-there): 1, a charter of quorum 0 signed by no one; 2, one approver's own "charter version 1"
-(forged in a copied release, or made with the stock `das ledger init --quorum 1`); 3, the
-state root inside a published release; 4 is in tests/test_signing.py (restricted
-allowed-signers lines); 5, a repeated JSON key in a certificate and a spent approval row
-appended again. Then the root itself: written and read whole, a rotation followed forward from
-an older root, a newer root checked against the held one, and the run's own pin.
+there; each fails on ea048f5, main when this was written — the issue was found on 0e86879,
+whose trust code ea048f5 only moved): 1, a charter of quorum 0 signed by no one; 2, one
+approver's own "charter version 1" (forged in a copied release, or made with the stock `das
+ledger init --quorum 1`); 3, the state root inside a published release; 4, restricted
+allowed-signers lines (here and in tests/test_signing.py); 5, a repeated JSON key in a
+certificate and a spent approval row appended again. Then the root itself: written and read
+whole, a rotation followed forward from an older root, a newer root checked against the held
+one, the run's own pin, and a release certified before this change.
 
 Fast: ledgers and releases made in process (tests/certified.py), ed25519 keys, no subprocess.
 """
@@ -74,8 +76,8 @@ def test_finding_1_a_charter_of_quorum_zero_with_no_signature_proves_nothing(
     made: Certified, tmp_path: Path, quorum: Any, capsys: pytest.CaptureFixture[str]
 ) -> None:
     """Anyone, no approver key at all: a copied release with a count changed, its charter's
-    quorum 0 (or -1, "0", -10**400), their own run key, no signature. On 0e86879 `das release
-    verify --trusted-keys approvers.pub --ledger-id <production id>` printed PROVEN."""
+    quorum 0 (or -1, "0", -10**400), their own run key, no signature. Before this change `das
+    release verify --trusted-keys approvers.pub --ledger-id <production id>` printed PROVEN."""
     mallory = generate_key(tmp_path / "mallory-run-key", "mallory")
     genuine = made.release(tmp_path / "genuine")
     forged = forge(genuine, tmp_path / "forged", tmp_path / "mallory-run-key",
@@ -105,8 +107,8 @@ def test_finding_2_one_approvers_own_charter_version_1_proves_nothing(
 ) -> None:
     """The attacker holds approver-1's key (one of a quorum of two): a "charter version 1" of
     the production ledger id naming only that key, quorum 1, their own run key, signed by it,
-    and the approval signed by it. PROVEN on 0e86879 with the agency's keys and ledger id; and
-    verified with the genuine release, the two "charter version 1" passed together."""
+    and the approval signed by it. PROVEN before this change with the agency's keys and ledger
+    id; and verified with the genuine release, the two "charter version 1" passed together."""
     mallory = generate_key(tmp_path / "mallory-run-key", "mallory")
     alice_key, alice = made.approvers[0], made.trusted[0]
     genuine = made.release(tmp_path / "genuine")
@@ -133,9 +135,9 @@ def test_finding_2_a_ledger_one_approver_charters_with_the_stock_cli_spends_and_
     made: Certified, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     """`das ledger init --approvers approvers.pub --quorum 1 --key alice --new-history`: in
-    force at once, and its release was PROVEN whenever --ledger-id was left out (on 0e86879).
-    Now nothing proves without the root, the root refuses it, and a run pinned to the root
-    refuses the ledger before it spends."""
+    force at once, and its release was PROVEN whenever --ledger-id was left out (before this
+    change). Now nothing proves without the root, the root refuses it, and a run pinned to the
+    root refuses the ledger before it spends."""
     keys = tmp_path / "approvers.pub"
     keys.write_text("".join(key.openssh() + "\n" for key in made.trusted))
     generate_key(tmp_path / "mallory-run-key", "mallory")  # and its .pub beside it
@@ -183,7 +185,7 @@ def test_finding_3_a_state_root_a_release_would_carry_out_is_refused_by_name(
     made: Certified, tmp_path: Path
 ) -> None:
     """`DAS_STATE_DIR=releases/first/state das run …` wrote the run's noise, spills and true
-    cells into a published release (on 0e86879): refused now, by name, before anything is
+    cells into a published release (before this change): refused now, by name, before anything is
     written — at, under, through a link into, or beside a release, or under a work folder."""
     from das.runs.folder import RunFolder, check_output_place
 
@@ -215,7 +217,7 @@ def test_finding_3_a_state_root_a_release_would_carry_out_is_refused_by_name(
 def test_finding_5_a_certificate_with_a_repeated_key_is_not_proven(
     made: Certified, tmp_path: Path
 ) -> None:
-    """`"payload"` twice: one reader keeps the last (and proved it on 0e86879), another the
+    """`"payload"` twice: one reader keeps the last (and proved it, before this change), another the
     first — two statements in one file. Refused, as in every signed document."""
     release = made.release(tmp_path / "release")
     text = (release / CERTIFICATE).read_text()
@@ -229,7 +231,7 @@ def test_finding_5_a_certificate_with_a_repeated_key_is_not_proven(
 
 def test_finding_5_a_spent_approval_row_appended_again_is_named(tmp_path: Path) -> None:
     """An approval row copied to the end of the ledger (hash chain recomputed): not named by
-    `das ledger verify` on 0e86879; named now, and it counts once."""
+    `das ledger verify` before this change; named now, and it counts once."""
     made = make_certified(tmp_path)
     ledger = made.ledger
     (entry,) = [e for e in ledger.entries() if e.kind == "approval"]
@@ -262,7 +264,7 @@ def test_a_ledger_row_with_a_repeated_key_is_named(tmp_path: Path) -> None:
 
 
 def test_a_charter_entry_that_is_no_valid_charter_is_never_in_force(tmp_path: Path) -> None:
-    """A "charter" of quorum 0 written into a fresh ledger's database: in force on 0e86879
+    """A "charter" of quorum 0 written into a fresh ledger's database: in force before this change
     (0 signatures reach a quorum of 0), so every approval needed none. Never in force now, and
     `das ledger verify` names it."""
     ledger, _, trusted, _ = make_chartered_ledger(tmp_path / "real")
@@ -449,7 +451,7 @@ def test_finding_4_a_restricted_approver_line_is_refused_where_keys_are_read(
     made: Certified, tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
     """An allowed-signers line with `namespaces="git"` or `valid-before="20200101"` (a revoked
-    key) was accepted and not enforced (on 0e86879), at `das ledger init` and in
+    key) was accepted and not enforced (before this change), at `das ledger init` and in
     `--trusted-keys`: refused now, saying what decides instead (the charter)."""
     alice, bob = made.trusted
     keys = tmp_path / "approvers.pub"
@@ -466,3 +468,21 @@ def test_finding_4_a_restricted_approver_line_is_refused_where_keys_are_read(
     release = made.release(tmp_path / "release")
     assert das_main(["release", "verify", str(release), "--trusted-keys", str(keys)]) == 2
     assert "refused, not ignored" in capsys.readouterr().err
+
+
+OLD = Path(__file__).parent / "data" / "release-ea048f5"
+
+
+def test_a_release_certified_before_trust_roots_proves_under_its_ledgers_root(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """tests/data/release-ea048f5 was certified by main's code before this change (ea048f5,
+    tests/certified.py's make_certified); its root was exported from that ledger with `das
+    ledger trust-root`. The certificate's format did not change: it proves, with the root and
+    only with it."""
+    root = OLD.with_name(OLD.name + ".trust-root.json")
+    release = copy_release(OLD, tmp_path / "release")  # the checkout's copy is never touched
+    capsys.readouterr()
+    assert das_main(["release", "verify", str(release), "--trust-root", str(root)]) == 0
+    assert "PROVEN —" in capsys.readouterr().out
+    assert das_main(["release", "verify", str(release)]) == 1

@@ -26,11 +26,11 @@ and each charter beyond the root's newest is signed by a quorum of the one befor
 holding an older root follows a rotation forward, as TUF's clients do. A newer root is pinned
 only once it extends the held one (:func:`extension_problems`, `das release check-root`).
 
-The pipeline's own side (:func:`pinned_roots`): a run refuses a ledger whose chain in force
-does not extend a root pinned for it — ``DAS_TRUST_ROOT``, and ``trust-root.json`` in the
-folder of the run key ``DAS_RUN_KEY`` names (resolved), which whoever edits a deployment's
-environment cannot write or switch off while the run signs with that key — so a ledger an
-operator charters alone cannot spend under the service account's key.
+The pipeline's own side (:func:`check_pinned_roots`): a run refuses a ledger whose chain in
+force does not extend a root pinned for it — ``DAS_TRUST_ROOT``, and ``trust-root.json`` in the
+run key's own folder (resolved), which whoever edits a deployment's environment can neither
+write nor switch off while the run signs with that key — so a ledger an operator charters with
+one approver's key spends nothing under the service account's key.
 """
 
 from __future__ import annotations
@@ -45,7 +45,7 @@ from typing import Any
 
 from das.trust.ledger.charter import CHARTER_NAMESPACE, Charter, charter_record
 from das.trust.ledger.errors import LedgerRefused
-from das.trust.run_keys import RUN_KEY_ENV
+from das.trust.run_keys import RUN_KEY_ENV, run_key_path
 from das.trust.signing.canonical import StrictJSONError, strict_loads
 from das.trust.signing.errors import SignatureInvalid
 from das.trust.signing.keys import PublicKey
@@ -271,18 +271,16 @@ def ledger_root_problems(ledger_id: str, chain: Sequence[Charter], root: TrustRo
 
 def pinned_roots(environ: Mapping[str, str] | None = None) -> list[tuple[str, Path]]:
     """The trust roots a run's ledger must extend, each with where it was pinned:
-    ``DAS_TRUST_ROOT``, and ``trust-root.json`` beside the run key named by ``DAS_RUN_KEY``
-    (its resolved folder: a link to the key elsewhere does not bring another pin along)."""
+    ``DAS_TRUST_ROOT``, and ``trust-root.json`` beside the run key (``DAS_RUN_KEY``, else the
+    per-user one), in its resolved folder: a link to the key elsewhere brings no other pin."""
     environ = os.environ if environ is None else environ
     pins = []
     named = (environ.get(TRUST_ROOT_ENV) or "").strip()
     if named:
         pins.append((TRUST_ROOT_ENV, Path(named).expanduser()))
-    key = (environ.get(RUN_KEY_ENV) or "").strip()
-    if key:
-        beside = Path(key).expanduser().resolve().parent / PINNED_ROOT_FILE
-        if beside.exists() or beside.is_symlink():
-            pins.append((f"the run key's folder ({RUN_KEY_ENV})", beside))
+    beside = run_key_path(environ).resolve().parent / PINNED_ROOT_FILE
+    if beside.exists() or beside.is_symlink():
+        pins.append((f"the run key's folder ({RUN_KEY_ENV})", beside))
     return pins
 
 
