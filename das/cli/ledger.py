@@ -781,7 +781,11 @@ def _render(summary: dict[str, Any]) -> str:
         for approval in item["approvals"]:
             statement = approval["statement"]
             used = f"used by run {approval['used_by']}" if approval["used_by"] else "open"
-            if approval["rejection"]:
+            if approval["rejection"] and approval["rejection"].get("withdrawn"):
+                rejection = approval["rejection"]
+                used = (f"WITHDRAWN ({shown(rejection.get('reason', ''))}; "
+                        f"{shown(rejection.get('by', ''))})")  # fmt: skip
+            elif approval["rejection"]:
                 rejection = approval["rejection"]
                 used = (
                     f"REJECTED by {shown(rejection.get('by', ''))} (as typed, "
