@@ -80,7 +80,9 @@ from das.validation.findings import ValidationFailed
 class RunHost(Protocol):
     """What a release run needs from the orchestrator that runs it (see the module docstring).
     Every method but the witness, the approval wait and the cluster check is information: it
-    must never stop a run."""
+    must never stop a run. The approval wait may end the run's process while the run waits for
+    people (:meth:`suspended` tells that exit from a failure): the orchestrator runs the flow
+    again from its start once they decided."""
 
     @property
     def logger(self) -> logging.Logger | logging.LoggerAdapter[Any]: ...
@@ -100,6 +102,8 @@ class RunHost(Protocol):
     def tag_attempt(self, attempt: int) -> None: ...
 
     def await_approval(self, run: ReleaseRun, request: Approval) -> None: ...
+
+    def suspended(self, exc: BaseException) -> bool: ...
 
     def check_cluster(
         self, files: Mapping[str, Path], run_root: Path, ledger: PrivacyLedger
@@ -491,6 +495,17 @@ def _recorded_draws(ledger: PrivacyLedger, run_id: str, attempt: int) -> dict[st
     return {"fresh": fresh, "earlier_attempts": len(state.draws) - fresh}
 
 
+def _leave_waiting(run: ReleaseRun) -> None:
+    """The run's process ends while the run waits for its approvers (nothing drawn): its run
+    folder — the records read, the steps done — stays for the same run to go on from, and its
+    audit says it waits (the next attempt writes its own)."""
+    run.audit.write("waiting")
+    run.host.logger.info(
+        "%srun %s waits for its approvers without a process: nothing was drawn, and the run "
+        "goes on from its completed steps once they decided", run.banner, run.run_id,
+    )  # fmt: skip
+
+
 def _remove_if_unused(folder: RunFolder, created: bool) -> None:
     """A refused run leaves no lock folder behind when it created the output's work folder."""
     if not created:
@@ -597,6 +612,9 @@ def release_run(
                 if run.progress is not None:
                     run.progress.finish(run.progress.outcome)
             except BaseException as exc:
+                if host.suspended(exc):
+                    _leave_waiting(run)
+                    raise
                 fault = explain(exc, resume_hint(run.context, run_id), host.api_url())
                 with contextlib.suppress(Exception):  # the ledger may be what failed
                     if not run.drawing:
@@ -605,10 +623,7 @@ def release_run(
                     if after is not None and not after.counting:
                         # it never drew: nothing resumes from its copy of the records
                         forget_records(folder.root)
-                    ledger.record_failure(
-                        run_id, state.attempt, type(exc).__name__,
-                        str(exc) if isinstance(exc, RunRefused) else None,
-                    )  # fmt: skip
+                    ledger.record_failure(run_id, state.attempt, type(exc).__name__)
                 if audit.record["ledger"] is None:
                     with contextlib.suppress(Exception):  # ids need the ledger's key
                         partitions = folder.stored_accountants()
