@@ -36,7 +36,7 @@ if TYPE_CHECKING:
 AUTOMATION_NAME = "das: crash runs that stop beating"
 # The flows whose runs the automation watches (their @flow names): other flows on the same
 # server keep Prefect's own heartbeat interval, which this window would misread as silence.
-DAS_FLOWS = ("safetab-p", "phsafe", "validate", "swap", "audit-privacy")
+DAS_FLOWS = ("safetab-p", "phsafe", "validate", "swap", "audit-privacy", "approval-sweep")
 HEARTBEAT = "prefect.flow-run.heartbeat"
 # The state names after which a run's process rightly stops beating (events are named after the
 # state's name, not its type): Prefect's ends, the pipeline's Refused (a Cancelled state),

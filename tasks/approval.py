@@ -39,7 +39,6 @@ import base64  # noqa: E402
 import contextlib  # noqa: E402
 import datetime as dt  # noqa: E402
 import json  # noqa: E402
-import os  # noqa: E402
 import re  # noqa: E402
 from dataclasses import dataclass  # noqa: E402
 from pathlib import Path  # noqa: E402
@@ -62,8 +61,6 @@ if TYPE_CHECKING:
 
     from das.runs.lifecycle import ReleaseRun
 
-APPROVAL_TIMEOUT_ENV = "DAS_APPROVAL_TIMEOUT_SECONDS"
-DEFAULT_TIMEOUT = 7 * 24 * 3600  # as long as an approval made with `das ledger approve`
 # Prefect fails a suspended run that nothing resumed this long after its request expired (the
 # sweep ends it Refused at the expiry; this is the backstop when no sweep runs at all).
 BACKSTOP_SECONDS = 24 * 3600
@@ -102,16 +99,6 @@ class SpendDecision(RunInput):
     )
     reason: str = Field(default="", title="Why (to reject)")
     name: str = Field(default="", title="Who rejects (recorded as typed)")
-
-
-def approval_timeout() -> dt.timedelta:
-    """How long the request a waiting run writes stays open: ``DAS_APPROVAL_TIMEOUT_SECONDS``
-    (at least a minute, at most the 90 days an approval may last)."""
-    try:
-        seconds = int(os.environ.get(APPROVAL_TIMEOUT_ENV, DEFAULT_TIMEOUT))
-    except ValueError:
-        seconds = DEFAULT_TIMEOUT
-    return dt.timedelta(seconds=min(max(60, seconds), 90 * 24 * 3600))
 
 
 def statement_b64(request: Approval) -> str:
@@ -273,12 +260,17 @@ def input_key(approval_id: str, round_: int, part: str) -> str:
 
 
 def read_input(client: SyncPrefectClient, flow_run_id: str, key: str) -> Any:
-    from prefect.exceptions import ObjectNotFound
+    """A flow run input's value; None when there is none (the client raises a 404 for it)."""
+    from prefect.exceptions import ObjectNotFound, PrefectHTTPStatusError
 
     try:
         return json.loads(client.read_flow_run_input(flow_run_id, key))
     except ObjectNotFound:
         return None
+    except PrefectHTTPStatusError as exc:
+        if exc.response.status_code == 404:
+            return None
+        raise
 
 
 def last_answer(
@@ -521,17 +513,21 @@ def settle(
 
 
 def open_requests(ledger: PrivacyLedger, within: dt.timedelta) -> list[str]:
-    """The requests flow runs wrote that nothing closed yet (unused, unrejected), expired no
-    longer than ``within`` ago: the ones a sweep looks at."""
+    """The requests flow runs wrote that nothing closed yet (unused, unrejected), the latest
+    of each run (a Retry's asks anew), expired no longer than ``within`` ago: the ones a sweep
+    looks at."""
     now = dt.datetime.now(dt.UTC)
-    found = []
-    for item in ledger.approvals():
+    latest: dict[str, dict[str, Any]] = {}
+    for item in ledger.approvals():  # oldest first
         statement = item["statement"]
-        if item["used_by"] or item["rejection"] or not statement.get("run_id"):
-            continue
-        if not str(statement.get("requested_by", "")).startswith("flow run "):
-            continue
-        if dt.datetime.fromisoformat(str(statement["expires"])) + within < now:
+        if statement.get("run_id") and str(statement.get("requested_by", "")).startswith(
+            "flow run "
+        ):
+            latest[str(statement["run_id"])] = item
+    found = []
+    for item in latest.values():
+        expires = dt.datetime.fromisoformat(str(item["statement"]["expires"]))
+        if item["used_by"] or item["rejection"] or expires + within < now:
             continue
         found.append(str(item["approval_id"]))
     return found
@@ -543,9 +539,11 @@ def nudge_from_terminal(ledger: PrivacyLedger, approval_id: str) -> str:
     from das.runs.ledger.identity import who
 
     later = "the approvals sweep resumes a waiting run within minutes (das deploy registers it)"
-    if not os.environ.get("PREFECT_API_URL"):
-        return f"PREFECT_API_URL is not set: {later}"
     from prefect.client.orchestration import get_client
+    from prefect.settings import PREFECT_API_URL
+
+    if not PREFECT_API_URL.value():
+        return f"PREFECT_API_URL is not set: {later}"
 
     try:
         with get_client(sync_client=True) as client:

@@ -105,8 +105,11 @@ class PrefectHost:
 
     def tag_attempt(self, attempt: int) -> None:
         """A resumed run carries ``attempt-N`` among its tags: the run list shows that this run
-        crashed or failed before and was resumed."""
-        if attempt >= 2 and not waited_for_approvers():
+        crashed or failed before and was resumed. A run that goes on after waiting for its
+        approvers loses its ``awaiting-approval`` tag instead."""
+        if waited_for_approvers():  # it goes on after its approvers decided: no crash
+            retag(flow_run_id(), remove=[WAITING])
+        elif attempt >= 2:
             retag(flow_run_id(), add=[f"attempt-{attempt}", RESUMED])
 
     def await_approval(self, run: ReleaseRun, request: Approval) -> None:

@@ -608,13 +608,22 @@ def _approve(args: argparse.Namespace) -> int:
         _say(f"recorded approval {approval.approval_id} (unsigned: this ledger has no charter)")
     elif agreed:
         _say(f"signed approval {approval.approval_id}: {len(signers)} of {needed} approvers — one "
-             "run of these parameters on these records may now spend it (a paused run resumes "
-             "by itself)")  # fmt: skip
+             "run of these parameters on these records may now spend it")  # fmt: skip
     else:
         _say(f"signed approval {approval.approval_id}: {len(signers)} of {needed} approvers. "
              f"Each other approver: das ledger approve --approval {approval.approval_id} "
              f"{_where_flag(info)}--key <their key>")  # fmt: skip
+    if chain.chartered and approval.run_id:  # a waiting run's request: tell the run
+        _say(f"the run that asked for it: {_tell_waiting_run(ledger, approval.approval_id)}")
     return EXIT_OK  # the note was shown with the statement, before the signature
+
+
+def _tell_waiting_run(ledger: Any, approval_id: str) -> str:
+    """Resume (or update the page of) the suspended run that asked for ``approval_id``, when
+    the Prefect server is reachable (else the approvals sweep does it); what happened."""
+    from tasks.approval import nudge_from_terminal
+
+    return nudge_from_terminal(ledger, approval_id)
 
 
 def _reject(args: argparse.Namespace) -> int:
@@ -625,6 +634,9 @@ def _reject(args: argparse.Namespace) -> int:
     ledger.reject_approval(args.approval, args.reason, who(), "das ledger reject")
     _say(f"rejected approval {args.approval}: it authorizes nothing; a run waiting for it ends "
          "Refused")  # fmt: skip
+    approval = ledger.approval(args.approval)
+    if approval is not None and approval.run_id:
+        _say(f"the run that asked for it: {_tell_waiting_run(ledger, args.approval)}")
     return EXIT_OK
 
 

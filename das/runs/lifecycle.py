@@ -30,7 +30,9 @@ cluster check, progress — is a :class:`RunHost` (Prefect's: :mod:`tasks.run_co
 from __future__ import annotations
 
 import contextlib
+import datetime as dt
 import logging
+import os
 import shutil
 from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
@@ -131,6 +133,22 @@ READING_STEPS = ("validate", "geography", "spill")
 class RecordsChanged(ValidationFailed):
     """The records about to be measured are not the records validated (or bound to the run):
     an input changed while the run ran. Nothing was drawn."""
+
+
+APPROVAL_TIMEOUT_ENV = "DAS_APPROVAL_TIMEOUT_SECONDS"
+DEFAULT_APPROVAL_TIMEOUT = 7 * 24 * 3600  # as long as an approval `das ledger approve` makes
+
+
+def approval_timeout(environ: Mapping[str, str] | None = None) -> dt.timedelta:
+    """How long the request a waiting run writes stays open (its expiry; then the run ends
+    Refused): ``DAS_APPROVAL_TIMEOUT_SECONDS``, at least a minute, at most the 90 days an
+    approval may last."""
+    environ = os.environ if environ is None else environ
+    try:
+        seconds = int(environ.get(APPROVAL_TIMEOUT_ENV, DEFAULT_APPROVAL_TIMEOUT))
+    except ValueError:
+        seconds = DEFAULT_APPROVAL_TIMEOUT
+    return dt.timedelta(seconds=min(max(60, seconds), 90 * 24 * 3600))
 
 
 def resolve_path(path: str | Path) -> Path:
@@ -338,8 +356,10 @@ class ReleaseRun:
 
     def request_approval(self, refusal: ApprovalRequired, files: Mapping[str, str]) -> Approval:
         """The approval statement this run's approvers are asked to sign: the one it asked for
-        in an earlier attempt when it is still open, else a new one in the ledger (unsigned:
-        a request; signatures authorize, not the row)."""
+        in an earlier attempt (:meth:`PrivacyLedger.approval_request`: open, or rejected or
+        expired while the run waited — it then ends Refused), else a new one in the ledger
+        (unsigned: a request; signatures authorize, not the row), valid for
+        ``DAS_APPROVAL_TIMEOUT_SECONDS``."""
         statement_of = self.ledger.approval_request(self.run_id)
         if statement_of is not None:
             return statement_of
@@ -359,6 +379,7 @@ class ReleaseRun:
             requested_by=f"flow run {self.host.flow_run_id()}",
             run_id=self.run_id,
             reference=self._reference(files),
+            valid_for=approval_timeout(),
         )
         return self.ledger.record_approval(statement)
 

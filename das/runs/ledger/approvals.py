@@ -200,12 +200,17 @@ def approval_statement(
     run_id: str | None = None,
     valid_days: int = DEFAULT_VALID_DAYS,
     reference: Mapping[str, str] | None = None,
+    valid_for: dt.timedelta | None = None,
 ) -> dict[str, Any]:
     """A new approval statement (to be signed). ``parameters``: ``{"digest": ...,
     "files": {name: sha256}}`` of the sealed parameters; ``reference``: the public files the
-    run reads besides (SafeTab-P's GRF-C, which sets the geography), by their ids."""
+    run reads besides (SafeTab-P's GRF-C, which sets the geography), by their ids;
+    ``valid_for``: its validity when not whole days (a waiting run's request)."""
     if not 1 <= valid_days <= MAX_VALID_DAYS:
         raise ValueError(f"an approval is valid for 1 to {MAX_VALID_DAYS} days, not {valid_days}")
+    validity = dt.timedelta(days=valid_days) if valid_for is None else valid_for
+    if not dt.timedelta(seconds=1) <= validity <= dt.timedelta(days=MAX_VALID_DAYS):
+        raise ValueError(f"an approval is valid for at most {MAX_VALID_DAYS} days, not {validity}")
     made = now().replace(microsecond=0)
     return {
         "type": APPROVAL_TYPE,
@@ -230,7 +235,7 @@ def approval_statement(
         "requested_by": requested_by,
         "run_id": run_id,
         "made": made.isoformat(),
-        "expires": (made + dt.timedelta(days=valid_days)).isoformat(),
+        "expires": (made + validity).isoformat(),
     }
 
 

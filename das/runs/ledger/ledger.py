@@ -671,18 +671,21 @@ class PrivacyLedger:
         return True
 
     def approval_request(self, run_id: str) -> Approval | None:
-        """The open approval statement a waiting run asked its approvers to sign (made under
-        the charter in force, unexpired); a rejected one is returned too (the run then ends),
-        a withdrawn one is not (the run was cancelled: a Retry asks anew)."""
+        """The approval statement a waiting run asked its approvers to sign (made under the
+        charter in force): open, or rejected or expired while the run waited for it (the run
+        then ends Refused). Not one the run was refused for since, nor a withdrawn one (the
+        run was cancelled): a Retry then asks anew."""
         with self.store.transaction() as db:
             chain = spending.charter_chain(db)
             charter = None if chain.in_force is None else chain.in_force.digest
+            refusals = db.entries(run_id=run_id, kinds=("refused",))
+            refused = max((e.seq for e in refusals), default=0)
             found = [
                 a
                 for a in spending.dataset_approvals(db, None)
                 if a.run_id == run_id
                 and a.charter == charter
-                and not a.expired()
+                and (not a.expired() or a.seq > refused)
                 and not a.withdrawn
             ]
         return found[-1] if found else None
