@@ -126,7 +126,7 @@ VARIABLES: tuple[Variable, ...] = (
         "DAS_APPROVAL_TIMEOUT_SECONDS",
         "604800 (7 days)",
         "How long the approval request a deployment run writes when it finds no approval stays "
-        "open (its expiry, at least 60 s, at most 90 days). The run waits without a process "
+        "open (its expiry, at least 10 s, at most 90 days). The run waits without a process "
         "(suspended); past the expiry with no quorum of signatures, the approvals sweep "
         "resumes it and it ends Refused (nothing drawn). Set it in the worker's environment "
         "(its flow runs inherit it) or a run's job variables.",

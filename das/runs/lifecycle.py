@@ -141,14 +141,14 @@ DEFAULT_APPROVAL_TIMEOUT = 7 * 24 * 3600  # as long as an approval `das ledger a
 
 def approval_timeout(environ: Mapping[str, str] | None = None) -> dt.timedelta:
     """How long the request a waiting run writes stays open (its expiry; then the run ends
-    Refused): ``DAS_APPROVAL_TIMEOUT_SECONDS``, at least a minute, at most the 90 days an
+    Refused): ``DAS_APPROVAL_TIMEOUT_SECONDS``, at least 10 s, at most the 90 days an
     approval may last."""
     environ = os.environ if environ is None else environ
     try:
         seconds = int(environ.get(APPROVAL_TIMEOUT_ENV, DEFAULT_APPROVAL_TIMEOUT))
     except ValueError:
         seconds = DEFAULT_APPROVAL_TIMEOUT
-    return dt.timedelta(seconds=min(max(60, seconds), 90 * 24 * 3600))
+    return dt.timedelta(seconds=min(max(10, seconds), 90 * 24 * 3600))
 
 
 def resolve_path(path: str | Path) -> Path:
