@@ -64,7 +64,7 @@ if TYPE_CHECKING:
 # Prefect fails a suspended run that nothing resumed this long after its request expired (the
 # sweep ends it Refused at the expiry; this is the backstop when no sweep runs at all).
 BACKSTOP_SECONDS = 24 * 3600
-KEY_PREFIX = "das-approval"
+PAUSE_KEY_PREFIX = "das-approval"
 SIGNATURE_BLOCK = "-----BEGIN SSH SIGNATURE-----"
 
 
@@ -242,13 +242,13 @@ def form_markdown(standing: Standing, note: str = "") -> str:
 
 
 def pause_key(approval_id: str, round_: int) -> str:
-    return f"{KEY_PREFIX}-{approval_id}-{round_}"
+    return f"{PAUSE_KEY_PREFIX}-{approval_id}-{round_}"
 
 
 def rounds(client: SyncPrefectClient, flow_run_id: str, approval_id: str) -> list[int]:
     """The waits for ``approval_id`` this flow run suspended for, oldest first."""
     policy = client.read_flow_run(flow_run_id).empirical_policy
-    pattern = re.compile(re.escape(f"{KEY_PREFIX}-{approval_id}-") + r"(\d+)")
+    pattern = re.compile(re.escape(f"{PAUSE_KEY_PREFIX}-{approval_id}-") + r"(\d+)")
     found = (pattern.fullmatch(key) for key in (policy.pause_keys or ()))
     return sorted(int(m.group(1)) for m in found if m)
 
