@@ -275,8 +275,7 @@ def test_the_resume_form_shows_what_is_signed_and_cancel_withdraws_the_request(
         confirm.last.click(timeout=5_000)
     assert stack.wait(run["id"], timeout=120) == "CANCELLED"
     assert stack.flow_run(run["id"])["state"]["name"] == "Cancelled"
-    log = sweep(stack)
-    assert any("withdrawn" in line and run["id"] in line for line in log), log
+    sweep(stack)  # (or the sweep its schedule ran meanwhile)
     ledger = stack.ledger()
     request = next(a for a in ledger.approvals() if a["statement"].get("run_id") == run["id"])
     assert request["rejection"]["withdrawn"]

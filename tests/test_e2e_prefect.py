@@ -434,8 +434,7 @@ def test_a_waiting_run_holds_no_process_and_ends_refused_past_its_expiry(
         assert stack.flow_run(run)["infrastructure_pid"]  # a process ran it until it waited
         assert not processes_of(run), processes_of(run)
     expiring = waiting_runs["expiring"]
-    log = sweep(stack)
-    assert any(f"flow run {expiring} resumed" in line for line in log), log
+    sweep(stack)  # (or the sweep its schedule ran meanwhile)
     assert stack.wait(expiring, timeout=300) == "CANCELLED", stack.log_tail("worker")
     final = stack.flow_run(expiring)["state"]
     assert final["name"] == "Refused" and "expired at" in final["message"], final
