@@ -229,7 +229,8 @@ def form_markdown(standing: Standing, note: str = "") -> str:
         "",
         f"Dataset `{str(statement['dataset'])[:16]}`, sealed parameters "
         f"`{statement['parameters']['digest'][:16]}` "
-        f"({len(statement['parameters']['files'])} files), until "
+        f"({len(statement['parameters']['files'])} file"
+        f"{'' if len(statement['parameters']['files']) == 1 else 's'}), until "
         f"{md_escape(str(statement['expires'])[:16])}. **{standing.count}** signatures so far; "
         f"how to sign: artifact `{artifact_key(str(statement['product']), 'approval')}`.",
     ]

@@ -339,7 +339,10 @@ def test_a_second_release_waits_for_signatures_and_the_ledger_records_every_deci
     # No process holds the run while it waits: the worker's slot is free.
     with contextlib.suppress(psutil.NoSuchProcess):
         process.wait(timeout=60)
-    assert not processes_of(approved)
+    deadline = time.monotonic() + 60
+    while processes_of(approved) and time.monotonic() < deadline:  # its Dask cluster's
+        time.sleep(1)
+    assert not processes_of(approved), [p.cmdline() for p in processes_of(approved)]
     keyset = run["state"]["state_details"]["run_input_keyset"]
     description = stack.request("GET", f"/flow_runs/{approved}/input/{keyset['description']}")
     assert "**0 of 1** signatures" in description and "| US |" in description
@@ -432,7 +435,12 @@ def test_a_waiting_run_holds_no_process_and_ends_refused_past_its_expiry(
     for run in waiting_runs.values():
         assert stack.flow_run(run)["state"]["name"] == "Suspended"
         assert stack.flow_run(run)["infrastructure_pid"]  # a process ran it until it waited
-        assert not processes_of(run), processes_of(run)
+        # Its flow process, and the Dask cluster it started, end (a few seconds after the
+        # state changed: the cluster is closed first).
+        deadline = time.monotonic() + 60
+        while processes_of(run) and time.monotonic() < deadline:
+            time.sleep(1)
+        assert not processes_of(run), [p.cmdline() for p in processes_of(run)]
     expiring = waiting_runs["expiring"]
     sweep(stack)  # (or the sweep its schedule ran meanwhile)
     assert stack.wait(expiring, timeout=300) == "CANCELLED", stack.log_tail("worker")
