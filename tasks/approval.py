@@ -467,7 +467,12 @@ def page_count(client: SyncPrefectClient, flow_run_id: str, approval_id: str) ->
 
 
 def settle(
-    client: SyncPrefectClient, ledger: PrivacyLedger, approval_id: str, *, by: str
+    client: SyncPrefectClient,
+    ledger: PrivacyLedger,
+    approval_id: str,
+    *,
+    by: str,
+    withdraw_only: bool = False,
 ) -> str | None:
     """Tell the run that asked for ``approval_id`` what the ledger now holds. Suspended: resume
     it when a quorum signed, the request was rejected or it expired (the run goes on, or ends
@@ -500,7 +505,7 @@ def settle(
                 retag(flow_run_id, remove=[WAITING])
             return f"approval {approval_id} withdrawn: flow run {flow_run_id} was {what}"
         return None
-    if state is None or not state.is_paused():
+    if state is None or not state.is_paused() or withdraw_only:
         return None
     closing = standing.approval.rejection is not None or standing.approval.expired()
     if standing.agreed or closing:
@@ -534,7 +539,9 @@ def open_requests(ledger: PrivacyLedger, within: dt.timedelta) -> list[str]:
     return found
 
 
-def nudge_from_terminal(ledger: PrivacyLedger, approval_id: str) -> str:
+def nudge_from_terminal(
+    ledger: PrivacyLedger, approval_id: str, withdraw_only: bool = False
+) -> str:
     """After `das ledger approve` or `reject`: settle the waiting run at once when the Prefect
     server is reachable; else say what will (the sweep). One line for the terminal."""
     from das.runs.ledger.identity import who
@@ -548,7 +555,9 @@ def nudge_from_terminal(ledger: PrivacyLedger, approval_id: str) -> str:
 
     try:
         with get_client(sync_client=True) as client:
-            done = settle(client, ledger, approval_id, by=f"das ledger, {who()}")
+            done = settle(
+                client, ledger, approval_id, by=f"das ledger, {who()}", withdraw_only=withdraw_only
+            )
     except Exception as exc:  # the server is down or refuses us: the sweep does it
         reason = (str(exc).splitlines() or [type(exc).__name__])[0][:160]
         return f"the Prefect server could not be asked ({reason}): {later}"

@@ -7,6 +7,7 @@ tests/test_e2e_prefect.py's and tests/test_e2e_browser.py's."""
 from __future__ import annotations
 
 import datetime as dt
+import hashlib
 import json
 import uuid
 from dataclasses import dataclass, field
@@ -25,7 +26,8 @@ from das.signing import canonical_json
 from das.signing.sshsig import sign
 from tasks import approval as waiting
 
-SEAL = "s" * 64
+FILES = {"config.json": "c" * 64}
+SEAL = hashlib.sha256("".join(f"{n}:{d}\n" for n, d in FILES.items()).encode()).hexdigest()
 
 
 class NotFound(Exception):
@@ -87,6 +89,9 @@ class FakeClient:
     def create_artifact(self, artifact: Any) -> None:
         self.artifacts.append(artifact)
 
+    def read_artifacts(self, **_: Any) -> list[Any]:
+        return []  # no ledger head witnessed on this server
+
     def set_flow_run_state(self, flow_run_id: str, state: Any) -> Any:
         run = self.runs[str(flow_run_id)]
         accepted = run.state == "Suspended" and state.name == "Resuming"
@@ -145,7 +150,7 @@ def request_of(
     passes, ceiling, chain, _ = ledger.plan_spend("safetab-p", data, SEAL, "zcdp", US)
     statement = approval_statement(
         ledger_id=ledger.info().ledger_id, charter=chain.in_force, product="safetab-p",
-        dataset=data, parameters={"digest": SEAL, "files": {"config.json": "c" * 64}},
+        dataset=data, parameters={"digest": SEAL, "files": FILES},
         definition="zcdp", passes=passes, ceiling=ceiling, note="", run_id=flow_run_id,
         requested_by=f"flow run {flow_run_id}", valid_for=valid_for,
     )  # fmt: skip
@@ -312,3 +317,33 @@ def test_the_sweep_is_registered_with_its_schedule_active() -> None:
     assert sweep["entrypoint"] == "deploy/das_entrypoints.py:approval_sweep_flow"
     assert [s["active"] for s in sweep["schedules"]] == [True]
     assert sweep["work_pool"]["job_variables"]["env"]["DAS_LEDGER_URL"]  # the deployments' ledger
+
+
+def test_das_ledger_approve_withdraws_a_cancelled_runs_request_instead_of_signing_it(
+    ledger: PrivacyLedger,
+    client: FakeClient,
+    tmp_path: Path,
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    """An approver signs at a terminal that reaches the Prefect server: the run that asked was
+    cancelled while it waited, so its request is withdrawn there and then, and not signed; a
+    request whose run still waits is signed and the run resumed."""
+    from prefect.settings import PREFECT_API_URL, temporary_settings
+
+    from das.cli import main as das_main
+
+    cancelled, request = request_of(ledger, client)
+    client.runs[cancelled].state = "Cancelled"
+    folder = str(Path(str(ledger.store.path)).parent)
+    key = str(APPROVER[ledger.location])
+    with temporary_settings(updates={PREFECT_API_URL: "http://127.0.0.1:9/api"}):
+        argv = ["ledger", "approve", "--approval", request.approval_id, "--ledger", folder,
+                "--key", key, "--new-history"]  # fmt: skip
+        assert das_main(argv) != 0
+        assert "was withdrawn" in capsys.readouterr().err
+        assert ledger.approval(request.approval_id).withdrawn
+        waiting_run, other = request_of(ledger, client)
+        argv[3] = other.approval_id
+        assert das_main(argv) == 0
+    assert f"flow run {waiting_run} resumed" in capsys.readouterr().out
+    assert client.resumed == [waiting_run]

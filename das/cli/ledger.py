@@ -548,6 +548,18 @@ def _approve(args: argparse.Namespace) -> int:
         approval = ledger.approval(args.approval)
         if approval is None:
             raise ValueError(f"no approval {args.approval} in this ledger")
+        if chain.chartered and approval.run_id and approval.rejection is None:
+            # its run was cancelled while it waited: withdrawn now, before anyone signs it
+            _tell_waiting_run(ledger, approval.approval_id, before_signing=True)
+            approval = ledger.approval(args.approval) or approval
+        if approval.withdrawn:
+            from das.runs.typed_text import shown
+
+            raise ValueError(
+                f"approval {args.approval} was withdrawn "
+                f"({shown((approval.rejection or {}).get('reason', ''))}): it authorizes "
+                "nothing, and nobody needs to sign it"
+            )
         fingerprint = None
         if args.data is not None and args.product is not None:
             fingerprint = records_fingerprint(args.product, args.data)
@@ -618,12 +630,14 @@ def _approve(args: argparse.Namespace) -> int:
     return EXIT_OK  # the note was shown with the statement, before the signature
 
 
-def _tell_waiting_run(ledger: Any, approval_id: str) -> str:
-    """Resume (or update the page of) the suspended run that asked for ``approval_id``, when
-    the Prefect server is reachable (else the approvals sweep does it); what happened."""
+def _tell_waiting_run(ledger: Any, approval_id: str, before_signing: bool = False) -> str:
+    """Resume (or update the page of) the suspended run that asked for ``approval_id``, or
+    withdraw its request when it was cancelled, when the Prefect server is reachable (else the
+    approvals sweep does it); what happened. ``before_signing``: only a cancelled run's
+    request is acted on (withdrawn)."""
     from tasks.approval import nudge_from_terminal
 
-    return nudge_from_terminal(ledger, approval_id)
+    return nudge_from_terminal(ledger, approval_id, withdraw_only=before_signing)
 
 
 def _reject(args: argparse.Namespace) -> int:
