@@ -255,12 +255,16 @@ def test_the_resume_form_shows_what_is_signed_and_cancel_withdraws_the_request(
     assert box["y"] + box["height"] <= field["y"]
     assert text.count("(Optional)") == 1 and "Who rejects (recorded as typed) (Optional)" in text
     switch = form.get_by_role("switch").first
-    assert switch.get_attribute("aria-checked") == "false"
+
+    def checked(value: str) -> None:  # the UI re-renders the switch after the event
+        switch.and_(page.locator(f"[aria-checked='{value}']")).wait_for(timeout=10_000)
+
+    checked("false")
     switch.click()
-    assert switch.get_attribute("aria-checked") == "true"
+    checked("true")
     switch.focus()
     page.keyboard.press("Space")
-    assert switch.get_attribute("aria-checked") == "false"
+    checked("false")
     form.get_by_role("button", name="Submit").click()
     toast = page.get_by_text("does not match '-----BEGIN SSH SIGNATURE-----'").first
     toast.wait_for(timeout=30_000)
