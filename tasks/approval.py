@@ -9,7 +9,7 @@ processes. The run's page shows the planned spend, the statement, who may sign, 
 `das ledger approve --approval ID --key ...` at an approver's terminal, or `ssh-keygen -Y sign`
 and the signature pasted into the *Resume* form.
 
-What resumes it (:func:`nudge`, the worker then runs the flow again from its start):
+What resumes it (:func:`settle`; the worker then runs the flow again from its start):
 
 - `das ledger approve` whose signature completes the quorum, and `das ledger reject`, when the
   Prefect server is reachable from where they run;
@@ -519,9 +519,9 @@ def settle(
 
 
 def open_requests(ledger: PrivacyLedger, within: dt.timedelta) -> list[str]:
-    """The requests flow runs wrote that nothing closed yet (unused, unrejected), the latest
-    of each run (a Retry's asks anew), expired no longer than ``within`` ago: the ones a sweep
-    looks at."""
+    """The requests flow runs wrote that no run spent and nothing withdrew — a rejected one
+    too: its run may still wait, to end Refused —, the latest of each run (a Retry asks anew),
+    expired no longer than ``within`` ago: the ones a sweep looks at."""
     now = dt.datetime.now(dt.UTC)
     latest: dict[str, dict[str, Any]] = {}
     for item in ledger.approvals():  # oldest first
@@ -533,7 +533,8 @@ def open_requests(ledger: PrivacyLedger, within: dt.timedelta) -> list[str]:
     found = []
     for item in latest.values():
         expires = dt.datetime.fromisoformat(str(item["statement"]["expires"]))
-        if item["used_by"] or item["rejection"] or expires + within < now:
+        withdrawn = bool(item["rejection"] and item["rejection"].get("withdrawn"))
+        if item["used_by"] or withdrawn or expires + within < now:
             continue
         found.append(str(item["approval_id"]))
     return found

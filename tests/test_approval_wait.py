@@ -239,6 +239,14 @@ def test_a_cancelled_or_deleted_waiting_run_has_its_request_withdrawn(
     client.runs[refused].state = "Refused"  # it ended itself: its request is not withdrawn
     assert waiting.settle(client, ledger, third.approval_id, by="sweep") is None
     assert waiting.open_requests(ledger, dt.timedelta(days=2)) == [third.approval_id]
+    # Rejected at a terminal that could not reach the server: the sweep resumes the run, which
+    # then ends Refused.
+    rejected, fourth = request_of(ledger, client)
+    ledger.reject_approval(fourth.approval_id, "not this week", "Ann", "das ledger reject")
+    assert fourth.approval_id in waiting.open_requests(ledger, dt.timedelta(days=2))
+    assert waiting.settle(client, ledger, fourth.approval_id, by="sweep") == (
+        f"flow run {rejected} resumed (approval {fourth.approval_id})"
+    )
 
 
 def test_an_expired_request_resumes_the_run_which_ends_refused_with_its_reason(
