@@ -130,7 +130,10 @@ def client(monkeypatch: pytest.MonkeyPatch) -> FakeClient:
 
     import prefect.client.orchestration
 
-    monkeypatch.setattr(prefect.client.orchestration, "get_client", lambda **_: Context())
+    import tasks.ledger_witness
+
+    for module in (prefect.client.orchestration, tasks.ledger_witness):  # (imported at the top)
+        monkeypatch.setattr(module, "get_client", lambda **_: Context())
     return fake
 
 
