@@ -30,7 +30,7 @@ import datetime as dt  # noqa: E402
 from prefect import flow, get_run_logger  # noqa: E402
 from prefect.client.orchestration import get_client  # noqa: E402
 
-from das.runs.ledger import open_ledger  # noqa: E402
+from das.trust import open_ledger  # noqa: E402
 from tasks.approval import BACKSTOP_SECONDS, open_requests, settle  # noqa: E402
 
 

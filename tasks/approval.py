@@ -48,11 +48,16 @@ from prefect.input import RunInput  # noqa: E402
 from pydantic import ConfigDict, Field  # noqa: E402
 
 from das.privacy.mechanisms import parse_fraction_text  # noqa: E402
+from das.refusal import Remedy, RunRefused  # noqa: E402
 from das.runs.audit import md_escape  # noqa: E402
-from das.runs.ledger import Approval, LedgerRefused, PrivacyLedger, decimal_text  # noqa: E402
-from das.runs.ledger.approvals import APPROVAL_NAMESPACE  # noqa: E402
-from das.runs.policy import Remedy, RunRefused  # noqa: E402
-from das.runs.typed_text import shown  # noqa: E402
+from das.trust import (  # noqa: E402
+    APPROVAL_NAMESPACE,
+    Approval,
+    LedgerRefused,
+    PrivacyLedger,
+    decimal_text,
+    shown,
+)
 from tasks.artifacts import artifact_key  # noqa: E402
 from tasks.run_tags import WAITING, retag  # noqa: E402
 
@@ -545,7 +550,7 @@ def nudge_from_terminal(
 ) -> str:
     """After `das ledger approve` or `reject`: settle the waiting run at once when the Prefect
     server is reachable; else say what will (the sweep). One line for the terminal."""
-    from das.runs.ledger.identity import who
+    from das.trust import who
 
     later = "the approvals sweep resumes a waiting run within minutes (das deploy registers it)"
     from prefect.client.orchestration import get_client

@@ -19,11 +19,15 @@ import jsonschema
 import pytest
 from test_ledger import APPROVER, US, chartered, opening
 
-from das.runs.ledger import LedgerStore, PrivacyLedger
-from das.runs.ledger.approvals import APPROVAL_NAMESPACE, approval_statement
-from das.runs.policy import RunRefused
-from das.signing import canonical_json
-from das.signing.sshsig import sign
+from das.refusal import RunRefused
+from das.trust import (
+    APPROVAL_NAMESPACE,
+    LedgerStore,
+    PrivacyLedger,
+    approval_statement,
+    canonical_json,
+    sign,
+)
 from tasks import approval as waiting
 
 FILES = {"config.json": "c" * 64}
@@ -257,7 +261,7 @@ def test_an_expired_request_resumes_the_run_which_ends_refused_with_its_reason(
 ) -> None:
     flow_run_id, request = request_of(ledger, client, valid_for=dt.timedelta(seconds=1))
     later = dt.datetime.now(dt.UTC) + dt.timedelta(seconds=5)
-    monkeypatch.setattr("das.runs.ledger.approvals.now", lambda: later)
+    monkeypatch.setattr("das.trust.ledger.approvals.now", lambda: later)
     assert waiting.settle(client, ledger, request.approval_id, by="sweep").endswith("resumed " +
                           f"(approval {request.approval_id})")  # fmt: skip
     # Run again, the run finds its expired request (not a new one) and is refused.

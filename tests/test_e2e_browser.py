@@ -232,8 +232,7 @@ def test_the_resume_form_shows_what_is_signed_and_cancel_withdraws_the_request(
     authorize."""
     from prefect_stack import sweep
 
-    from das.signing import canonical_json
-    from das.signing.sshsig import sign
+    from das.trust import canonical_json, sign
 
     stack = prefect_stack
     run = stack.flow_run(waiting_runs["waiting"])

@@ -11,7 +11,7 @@ import pytest
 
 from das.cli import main as das_main
 from das.runs.cleanup import clean_runs
-from das.runs.ledger import LedgerStore, PrivacyLedger, RunOpening
+from das.trust import LedgerStore, PrivacyLedger, RunOpening
 
 REPO = Path(__file__).resolve().parents[1]
 TOY = REPO.parent / "shared" / "census_specs" / "safetab_p" / "toy"
@@ -110,7 +110,7 @@ def test_clean_keeps_a_run_waiting_for_its_approvers_and_says_released_for_no_re
 ) -> None:
     """A suspended deployment run waiting for its approvers never drew, but it goes on from
     its run folder: kept. The dry run's words: a returned reservation is no release."""
-    from das.runs.ledger.approvals import approval_statement
+    from das.trust import approval_statement
 
     ledger = PrivacyLedger.initialize(LedgerStore.in_directory(tmp_path / "ledger"))
     state = tmp_path / "state"
