@@ -131,8 +131,8 @@ def check_state_place(state: Path) -> None:
 def check_output_place(output: Path, state: Path) -> None:
     """Refuse an output that would put a release where run state or another release is: inside
     a release (a folder holding a MANIFEST.json), inside a run's work folder (``*.das``), inside
-    the state root or beside it — or an output that holds the state root; and a state root a
-    release could carry out (:func:`check_state_place`). Said by name."""
+    the state root — or an output that holds the state root; and a state root a release could
+    carry out (:func:`check_state_place`). Said by name."""
     from das.refusal import RunRefused
 
     check_state_place(state)
@@ -143,12 +143,6 @@ def check_output_place(output: Path, state: Path) -> None:
         raise RunRefused(
             f"the output {output} would hold the runs' state root {state} ({STATE_ENV}): run "
             "state (records, noise) must never be inside a release. Choose another output"
-        )
-    if output.parent == state.parent:
-        raise RunRefused(
-            f"the output {output} would sit beside the runs' state root {state} ({STATE_ENV}), "
-            "in one folder: publishing that folder of releases would publish run state. Choose "
-            "an output in another folder, or another state root"
         )
     if output.is_relative_to(state):
         raise RunRefused(
