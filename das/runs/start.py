@@ -40,6 +40,7 @@ from das.runs.ledger import (
     OpenedLedger,
     RunOpening,
     RunState,
+    anchor_remedy,
     open_ledger,
     release_anchor_problems,
 )
@@ -267,7 +268,10 @@ def check_start(
         if anchors:
             raise LedgerRefused(
                 f"privacy ledger {ledger.info.location} is not the ledger of the releases "
-                "beside this output: " + "; ".join(anchors) + ". Nothing was drawn"
+                f"beside this output (in {folder.release_dir.parent}): "
+                + "; ".join(anchors)
+                + ". Nothing was drawn",
+                anchor_remedy(ledger.info, folder.release_dir),
             )
     check = StartCheck(
         production, sealed, parameters, plan, markers, ledger, run_id, folder, existing, key_path

@@ -5,7 +5,7 @@ The rest of the pipeline uses the names below; each lives in the module of its c
 """
 
 from das.runs.ledger.amounts import PassSpend, decimal_text, parse_total
-from das.runs.ledger.anchors import release_anchor_problems, witness_problems
+from das.runs.ledger.anchors import anchor_remedy, release_anchor_problems, witness_problems
 from das.runs.ledger.approvals import Approval
 from das.runs.ledger.charter import Charter, CharterChain
 from das.runs.ledger.draws import DrawRecord
@@ -51,6 +51,7 @@ __all__ = [
     "ReleaseDiffers",
     "RunOpening",
     "RunState",
+    "anchor_remedy",
     "configured_store",
     "decimal_text",
     "default_ledger_dir",
