@@ -19,6 +19,7 @@ import os
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 
+from das.listing import folded
 from das.privacy.accounting import Measurement
 
 PRODUCTION_ENV = "DAS_PRODUCTION"
@@ -150,9 +151,9 @@ def check_release_policy(
         ))  # fmt: skip
     infinite = infinite_queries(plan)
     if infinite:
-        shown = ", ".join(infinite[:3]) + (", ..." if len(infinite) > 3 else "")
         found.append((
-            f"{len(infinite)} query(ies) have an infinite budget, i.e. no noise ({shown})",
+            f"{len(infinite)} query(ies) have an infinite budget, i.e. no noise "
+            f"({folded(infinite)})",
             Remedy(command="give every query of the config a finite budget (Infinity is for "
                    "golden tests, against a ledger without a charter), then start a new run"),
         ))  # fmt: skip
