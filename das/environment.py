@@ -221,14 +221,15 @@ VARIABLES: tuple[Variable, ...] = (
     ),
     Variable(
         "DAS_TEST_WORKERS",
-        "2",
-        "pytest-xdist workers of the fast tier in `.ci/test` (the machine's cores).",
+        "1",
+        "pytest-xdist workers of the fast tier in `.ci/test` (one: the e2e scripts that run "
+        "alongside keep the other core busy).",
         ("tests",),
     ),
     Variable(
         "DAS_INTEGRATION_WORKERS",
-        "DAS_TEST_WORKERS + 1",
-        "pytest-xdist workers of the integration tier in `.ci/test`: one more than the cores, "
+        "3",
+        "pytest-xdist workers of the integration tier in `.ci/test`: more than the 2 cores, "
         "since its tests wait on servers and processes much of the time.",
         ("tests",),
     ),

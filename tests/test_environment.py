@@ -119,3 +119,16 @@ def test_the_documentation_names_only_registered_variables():
         if name not in by_name() and name not in PREFIXES
     }
     assert not unknown, f"the documentation names variables the code does not know: {unknown}"
+
+
+def test_the_ci_scripts_defaults_are_the_registry_s() -> None:
+    """A ``${NAME:-DEFAULT}`` of a CI script is the default the registry (and so the
+    generated page) gives (the page said 2 and "DAS_TEST_WORKERS + 1" where .ci/test used 1
+    and 3)."""
+    defaults = {
+        name: value
+        for path in (REPO / ".ci").iterdir()
+        for name, value in re.findall(r"\$\{(DAS_[A-Z0-9_]+):-([^}]*)\}", path.read_text())
+    }
+    assert defaults
+    assert {name: by_name()[name].default for name in defaults} == defaults
