@@ -43,7 +43,7 @@ def test_the_budget_reports_are_what_the_command_prints(
 
 
 def test_the_demo_writes_its_guide_and_budget_reports(
-    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture
 ) -> None:
     """`das demo`'s own loop, with only the quick steps run for real (synth, budget report):
     the guide is written first, each budget report saved beside the printed one."""
@@ -68,6 +68,10 @@ def test_the_demo_writes_its_guide_and_budget_reports(
     for title, argv in demo_steps(output, persons=200, seed=5):  # every step, as run
         assert f"{title}: `das {shlex.join(argv)}`" in guide
     assert guide.count("**confidential**") == 4
+    # Each step's header is its command as it would be typed (`--note 'das demo'`, quoted).
+    headers = [line for line in capsys.readouterr().out.splitlines() if line.startswith("== ")]
+    assert [h.split(": das ", 1)[1] for h in headers] == [shlex.join(argv) for argv in ran]
+    assert any(header.endswith(" --note 'das demo'") for header in headers)
 
 
 def test_the_guide_survives_a_failed_step(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:

@@ -194,7 +194,7 @@ def _demo(args: argparse.Namespace) -> int:
     args.output.mkdir(parents=True)
     (args.output / "README.md").write_text(demo_guide(args.output, steps), encoding="utf-8")
     for title, argv in steps:
-        print(f"\n== {title}: das {' '.join(argv)}", flush=True)
+        print(f"\n== {title}: {_command(argv)}", flush=True)  # as it would be typed
         code = main(argv)
         if code == 0 and argv[:2] == ["budget", "report"]:
             config = Path(argv[argv.index("--config") + 1])
