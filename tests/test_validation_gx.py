@@ -221,7 +221,7 @@ def test_cli_exit_codes_files_and_private_values(inputs, tmp_path, capsys) -> No
     assert main([*arguments, "--data", str(inputs), "--report", str(report_dir)]) == 1
     out = capsys.readouterr().out
     assert "NOT VALID" in out and "expect_column_values_to_match_regex" in out
-    assert "rows 9" in out
+    assert "data row 9 (the header line is row 0)" in out
     assert "Zq9x" not in out
     assert "Zq9x" not in (report_dir / "validation.log").read_text()
     assert "Zq9x" in (report_dir / "report.json").read_text()  # the curator's local report
