@@ -29,6 +29,7 @@ from das.cli import build_parser
 REPO = Path(__file__).resolve().parents[1]
 DOCS = REPO / "docs"
 HOOK = DOCS / "_hooks" / "reference.py"
+CHROMIUM = Path("/usr/bin/chromium")
 
 
 @pytest.fixture(scope="module")
@@ -307,6 +308,7 @@ def test_the_site_builds_strictly_and_serves_offline(tmp_path: Path) -> None:
     )  # fmt: skip
     assert built.returncode == 0, built.stdout[-3000:] + built.stderr[-3000:]
     assert built.stdout.strip().endswith((site / "index.html").as_uri())
+    assert "search needs the site served (das docs)" in built.stderr
     for page in ("reference/cli.html", "reference/environment.html", "reference/exit-codes.html",
                  "reference/ledger-entries.html", "explanation/threat-model.html"):  # fmt: skip
         assert (site / page).is_file(), page
@@ -340,6 +342,20 @@ def test_the_site_builds_strictly_and_serves_offline(tmp_path: Path) -> None:
     finally:
         served.terminate()
         served.wait(timeout=30)
+    # Opened from disk, a page says where search works instead of showing a box that never
+    # answers (a browser blocks the search's worker and index there).
+    if not CHROMIUM.is_file():
+        pytest.skip("Debian's chromium is not installed: the page from disk was not opened")
+    from playwright.sync_api import sync_playwright
+
+    with sync_playwright() as driver:
+        browser = driver.chromium.launch(executable_path=str(CHROMIUM),
+                                         args=["--no-sandbox", "--disable-gpu"])  # fmt: skip
+        page = browser.new_page()
+        page.goto((site / "reference" / "cli.html").as_uri())
+        assert page.inner_text(".das-file-note").startswith("Search: run das docs")
+        assert page.query_selector(".md-search") is None
+        browser.close()
 
 
 def test_the_hook_is_plain_python_ast() -> None:
