@@ -278,6 +278,23 @@ def test_no_design_document_is_cited() -> None:
     assert re.findall(r"DESIGN(?:\.md)? §", code) == []
 
 
+def test_the_markdown_links_lead_to_files_that_exist(reference: ModuleType) -> None:
+    """Read as Markdown (a repository browser, an editor), every relative link of the pages
+    leads to a file: the generated reference pages keep a committed file in their place, which
+    says where the page is (it was a dead link), and is what the hook says it is."""
+    assert set(reference.READER_PAGES) == set(reference.PAGES)
+    for path in reference.PAGES:
+        assert (DOCS / path).read_text() == reference.reader_page(path), path
+    dead = [
+        f"{page.relative_to(REPO)}: {target}"
+        for page in DOCS.rglob("*.md")
+        for target in re.findall(r"\]\(([^)#\s]+\.md)(?:#[^)]*)?\)", page.read_text())
+        if not target.startswith(("http://", "https://"))
+        and not (page.parent / target).resolve().is_file()
+    ]
+    assert dead == []
+
+
 def test_the_readme_is_a_front_page() -> None:
     text = (REPO / "README.md").read_text()
     assert len(text.splitlines()) <= 160
