@@ -13,8 +13,8 @@
 #
 #   make install WHEELHOUSE=wheelhouse
 #
-# Variables: PYTHON (python3, a Python 3.11), VENV (.venv), WHEELHOUSE (empty: PyPI, or
-# UV_DEFAULT_INDEX behind a mirror).
+# Variables: PYTHON (python3: a Python 3.11, 3.11.5 or later), VENV (.venv), WHEELHOUSE
+# (empty: PyPI, or UV_DEFAULT_INDEX behind a mirror).
 
 PYTHON ?= python3
 VENV ?= .venv
@@ -24,15 +24,17 @@ ifeq ($(strip $(WHEELHOUSE)),)
 PIP_SOURCE :=
 UV_SOURCE :=
 PROJECT_SOURCE :=
-HINT := A network failure? Behind a mirror set UV_DEFAULT_INDEX; without a network: make install WHEELHOUSE=DIR (docs/how-to/install-offline.md)
+HINT := The message above says why. No connection? Behind a mirror set UV_DEFAULT_INDEX; without a network: make install WHEELHOUSE=DIR (docs/how-to/install-offline.md)
 else
 PIP_SOURCE := --no-index --find-links $(WHEELHOUSE)
 UV_SOURCE := --offline --no-index --find-links $(WHEELHOUSE)
 PROJECT_SOURCE := --offline --no-index
-HINT := Is every file of requirements.lock in $(WHEELHOUSE), for this platform and Python 3.11? (docs/how-to/install-offline.md)
+HINT := The message above says why. Is every file of requirements.lock in $(WHEELHOUSE), for this platform and Python 3.11? (docs/how-to/install-offline.md)
 endif
 
-IS_PYTHON_311 := -c 'import sys; sys.exit(sys.version_info[:2] != (3, 11))'
+# A Python 3.11 of 3.11.5 or later: the lock's pymdown-extensions needs it (Debian 12's python3
+# is 3.11.2, and uv would stop at step 3 with a resolver's message).
+IS_PYTHON_311 := -c 'import sys; sys.exit(not (3, 11, 5) <= sys.version_info[:3] < (3, 12))'
 UV := $(VENV)/bin/uv pip install -q --python $(VENV)/bin/python --no-deps
 
 # step NUMBER,WHAT,COMMAND,HINT: print WHAT and COMMAND, run it; when it fails, say which step
@@ -54,7 +56,7 @@ test: install
 install: $(VENV)/.das-project
 
 $(VENV)/bin/python:
-	$(call step,1/4,a virtualenv in $(VENV),$(PYTHON) -m venv $(VENV) && $(VENV)/bin/python $(IS_PYTHON_311),It needs Python 3.11 (e.g. make PYTHON=python3.11 ...) with its venv module (Debian: apt-get install python3-venv))
+	$(call step,1/4,a virtualenv in $(VENV),$(PYTHON) -m venv $(VENV) && $(VENV)/bin/python $(IS_PYTHON_311),It needs Python 3.11.5 or a later 3.11 with its venv module (Debian 12's python3 is 3.11.2): make PYTHON=/path/to/python3.11 ... (then delete $(VENV) first))
 
 $(VENV)/.das-uv: requirements-uv.lock | $(VENV)/bin/python
 	$(call step,2/4,the installer uv by pip from requirements-uv.lock (hash-checked),$(VENV)/bin/pip install -q --no-deps --require-hashes $(PIP_SOURCE) -r requirements-uv.lock,$(HINT))
