@@ -59,7 +59,7 @@ $(VENV)/bin/python:
 	$(call step,1/4,a virtualenv in $(VENV),$(PYTHON) -m venv $(VENV) && $(VENV)/bin/python $(IS_PYTHON_311),It needs Python 3.11.5 or a later 3.11 with its venv module (Debian 12's python3 is 3.11.2): make PYTHON=/path/to/python3.11 ... (then delete $(VENV) first))
 
 $(VENV)/.das-uv: requirements-uv.lock | $(VENV)/bin/python
-	$(call step,2/4,the installer uv by pip from requirements-uv.lock (hash-checked),$(VENV)/bin/pip install -q --no-deps --require-hashes $(PIP_SOURCE) -r requirements-uv.lock,$(HINT))
+	$(call step,2/4,the installer uv by pip from requirements-uv.lock (hash-checked),$(VENV)/bin/pip install -q --disable-pip-version-check --no-deps --require-hashes $(PIP_SOURCE) -r requirements-uv.lock,$(HINT))
 	@touch $@
 
 $(VENV)/.das-lock: requirements.lock $(VENV)/.das-uv

@@ -59,7 +59,8 @@ def test_the_makefile_installs_the_lock_hash_checked() -> None:
     assert commands == [
         "python3 -m venv /nonexistent/v && /nonexistent/v/bin/python -c 'import sys; "
         "sys.exit(not (3, 11, 5) <= sys.version_info[:3] < (3, 12))'",
-        "/nonexistent/v/bin/pip install -q --no-deps --require-hashes -r requirements-uv.lock",
+        "/nonexistent/v/bin/pip install -q --disable-pip-version-check --no-deps --require-hashes "
+        "-r requirements-uv.lock",
         "/nonexistent/v/bin/uv pip install -q --python /nonexistent/v/bin/python --no-deps "
         "--require-hashes --compile-bytecode -r requirements.lock",
         "/nonexistent/v/bin/uv pip install -q --python /nonexistent/v/bin/python --no-deps "
