@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from das.runs.policy import Remedy, RunRefused
+from das.refusal import Remedy, RunRefused
 
 
 @pytest.mark.parametrize(

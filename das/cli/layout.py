@@ -411,8 +411,7 @@ SERVICE_RUN_KEY = Path("~/.das/run-key")
 
 def next_command(root: Path, ready: Sequence[Product]) -> tuple[str, list[str]]:
     """The `das deploy` line for ``root``, and what it needs (its placeholders, settings)."""
-    from das.runs.policy import LEDGER_ENV, LEDGER_URL_ENV
-    from das.runs.run_key import RUN_KEY_ENV
+    from das.trust import LEDGER_ENV, LEDGER_URL_ENV, RUN_KEY_ENV
 
     parts = [_das_command(), "deploy", "--root", shlex.quote(str(root))]
     checkout = checkout_root()

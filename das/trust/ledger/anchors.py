@@ -15,10 +15,10 @@ from pathlib import Path
 from typing import Any, Protocol
 
 from das.listing import folded
-from das.runs.ledger.errors import LedgerRefused, ReleaseDiffers
-from das.runs.ledger.state import LedgerInfo, fold_run
-from das.runs.ledger.store import Entry, LedgerTransaction
-from das.runs.policy import Remedy
+from das.refusal import Remedy
+from das.trust.ledger.errors import LedgerRefused, ReleaseDiffers
+from das.trust.ledger.state import LedgerInfo, fold_run
+from das.trust.ledger.store import Entry, LedgerTransaction
 
 RELEASES_BESIDE = ("release", "releases")
 
@@ -96,7 +96,7 @@ def witness_problems(
 def releases_beside(output: Path) -> list[tuple[str, Mapping[str, Any]]]:
     """The releases beside ``output`` (its siblings with a MANIFEST), each with the ledger head
     it was published at: ``(folder name, {id, seq, hash})``."""
-    from das.runs.release import read_manifest
+    from das.trust.release_files import read_manifest
 
     parent = Path(output).parent
     if not parent.is_dir():
