@@ -40,6 +40,30 @@ MODULE_OF = {
 }
 
 
+# Every command's one-line help, in the order the modules register them: `das`, `das --help`
+# and a mistyped command show this list without importing any command module (all of them
+# took 1.1-1.3 s of imports; tests/test_cli_parser.py checks it against the registrations).
+COMMAND_HELP = {
+    "budget": "privacy-budget calculators and reports",
+    "synth": "write a synthetic input folder of any size",
+    "validate": "check inputs before a run (exit 0 valid, 1 not valid, 2 usage error)",
+    "run": "run a product end to end (exit 0 released, 1 failed, 2 refused, 3 infrastructure)",
+    "ledger": "the privacy ledger: init, charter, approve, show, verify",
+    "release": "prove a release outside the enclave (das release verify)",
+    "runs": "run state: clean what the ledger no longer needs",
+    "coterminous": "SafeTab-P coterminous-geography spec file (derive it from the GRF-C)",
+    "swap": "permutation swapping of unit records (comparison with the DP products)",
+    "demo": "run the demo job on synthetic data",
+    "explore": "the tuning page: privacy parameters, plots, simulation, export",
+    "audit-privacy": "empirical lower bounds on the privacy loss of the released mechanisms",
+    "layout": "build the production layout `das deploy --root` reads, from your files",
+    "deploy": "create the work pool and register every Prefect deployment",
+    "prefect": "this virtualenv's `prefect` with the server's auth string (DAS_PREFECT_AUTH_FILE)",
+    "ui-login": "copy the Prefect UI's login string (DAS_PREFECT_AUTH_FILE) without showing it",
+    "docs": "build this documentation site if needed and open it locally (no network)",
+}
+
+
 def command_module(command: str) -> str | None:
     """The module of COMMAND_MODULES that registers ``command``, or None for no command."""
     module = MODULE_OF.get(command, command)
@@ -56,6 +80,18 @@ def build_parser(command: str | None = None) -> argparse.ArgumentParser:
     module = command_module(command) if command else None
     for name in (module,) if module else COMMAND_MODULES:
         importlib.import_module(f"das.cli.{name}").register(subparsers)
+    return parser
+
+
+def help_parser() -> argparse.ArgumentParser:
+    """The parser of `das` without a known command (``--help``, nothing, a typo): every
+    command with its help line from :data:`COMMAND_HELP`, no command module imported."""
+    parser = argparse.ArgumentParser(
+        prog="das", description="Disclosure avoidance for detailed census tables."
+    )
+    subparsers = parser.add_subparsers(dest="command", required=True)
+    for name, text in COMMAND_HELP.items():
+        subparsers.add_parser(name, help=text)
     return parser
 
 
@@ -77,7 +113,9 @@ def main(argv: Sequence[str] | None = None) -> int:
         from das.cli.prefect_wrapper import prefect_command_line
 
         return prefect_command_line(argv[1:])
-    parser = build_parser(argv[0] if argv else None)
+    if not argv or command_module(argv[0]) is None:
+        help_parser().parse_args(argv)  # prints the help or the usage error, and exits
+    parser = build_parser(argv[0])
     args = parser.parse_args(argv)
     # `das run` against a server: refused credentials stop here, in one line (exit 2, nothing
     # drawn), not in a traceback from the flow's first API call. (`das deploy` asks itself.)

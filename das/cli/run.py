@@ -40,7 +40,7 @@ from pathlib import Path
 from typing import Any
 
 from das.cli.arguments import resolved_path
-from das.postprocess.counts import INTERVALS
+from das.postprocess import INTERVALS
 
 EXIT_OK, EXIT_FAILED, EXIT_USAGE = 0, 1, 2  # das.runs.faults.EXIT_INFRASTRUCTURE: 3
 
