@@ -72,6 +72,21 @@ class EagerDaskTaskRunner(DaskTaskRunner):
 DASK_HOST_ENV = "DAS_DASK_HOST"  # where a run's own local cluster listens (default loopback)
 DASK_DASHBOARD_ENV = "DAS_DASK_DASHBOARD"  # its dashboard: "HOST:PORT", or "" for none
 DASK_WORKERS_ENV = "DAS_DASK_WORKERS"  # its worker processes (default 2)
+# Inputs smaller than this run on one in-process Dask worker with threads even with a Prefect
+# server: starting two worker processes (and importing the pipeline in each) cost a 100 k-person
+# run ~5 s of its ~10, and below ~1 M persons the threads are as fast (numpy releases the GIL).
+IN_PROCESS_BELOW_BYTES = 64 * 2**20
+
+
+def input_bytes(folder: str | os.PathLike[str]) -> int:
+    """The size of the input files in ``folder`` (its regular files, not its subfolders): the
+    size the file system shows, which sizes the cluster (never a record count)."""
+    total = 0
+    with os.scandir(folder) as entries:
+        for entry in entries:
+            if entry.is_file():
+                total += entry.stat().st_size
+    return total
 
 
 def local_workers(default: int = 2) -> int:
@@ -88,10 +103,12 @@ def local_workers(default: int = 2) -> int:
     return int(value)
 
 
-def task_runner_from_env(workers: int | None = None) -> TaskRunner:
+def task_runner_from_env(workers: int | None = None, inputs: int | None = None) -> TaskRunner:
     """The Dask task runner (started with the flow run: :class:`EagerDaskTaskRunner`):
     ``DAS_DASK_ADDRESS`` when set, else a local cluster of ``workers`` worker processes
-    (default :func:`local_workers`: ``DAS_DASK_WORKERS``, else 2).
+    (default :func:`local_workers`: ``DAS_DASK_WORKERS``, else 2) — or of one in-process
+    worker with as many threads when ``inputs`` (the input files' bytes, when the caller
+    knows them) is under :data:`IN_PROCESS_BELOW_BYTES`.
 
     ``DAS_TASK_RUNNER=threads`` runs the tasks on Prefect's thread pool instead (tests and
     small runs: no cluster start-up, about 5 s less per run on the toy inputs).
@@ -108,7 +125,8 @@ def task_runner_from_env(workers: int | None = None) -> TaskRunner:
         return EagerDaskTaskRunner(address=address)
     if workers is None:
         workers = local_workers()
-    processes = bool(os.environ.get("PREFECT_API_URL"))
+    small = inputs is not None and inputs < IN_PROCESS_BELOW_BYTES
+    processes = bool(os.environ.get("PREFECT_API_URL")) and not small
     kwargs: dict[str, Any] = {
         "n_workers": workers if processes else 1,
         "threads_per_worker": 1 if processes else workers,

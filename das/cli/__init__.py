@@ -30,6 +30,7 @@ COMMAND_MODULES = (
     "deploy",
     "prefect_wrapper",
     "docs",
+    "server",
 )
 # The commands whose module is not named after them (tests/test_cli_parser.py checks this
 # against what each module registers): `das COMMAND ...` imports that one module only.
@@ -61,6 +62,7 @@ COMMAND_HELP = {
     "prefect": "this virtualenv's `prefect` with the server's auth string (DAS_PREFECT_AUTH_FILE)",
     "ui-login": "copy the Prefect UI's login string (DAS_PREFECT_AUTH_FILE) without showing it",
     "docs": "build this documentation site if needed and open it locally (no network)",
+    "server": "the local Prefect API that `das run` starts and reuses: start, status, stop",
 }
 
 
