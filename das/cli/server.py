@@ -56,6 +56,8 @@ LOCAL_API_ENV = "DAS_LOCAL_API"  # "temporary": a temporary API per run, as befo
 HOST = "127.0.0.1"
 USER = "das"
 # A first start migrates a new database: ~10 s on an idle 2-core machine, more when loaded.
+# The same setting as Prefect's temporary API (set to 180 s by every `das` command when unset).
+STARTUP_ENV = "PREFECT_SERVER_EPHEMERAL_STARTUP_TIMEOUT_SECONDS"
 STARTUP_SECONDS = 180.0
 STOP_SECONDS = 20.0
 # The server's database waits this long for a lock rather than fail a call with "database is
@@ -331,9 +333,14 @@ def _health(api: LocalApi, auth: str) -> bool:
         return False
 
 
-def wait_ready(found: Found, seconds: float = STARTUP_SECONDS) -> None:
+def wait_ready(found: Found, seconds: float | None = None) -> None:
     """Return once the server answers an authenticated call; :class:`LocalApiError` when its
-    process ends first or it does not answer within ``seconds``."""
+    process ends first or it does not answer within ``seconds`` (default: ``STARTUP_ENV``)."""
+    if seconds is None:
+        try:
+            seconds = float(os.environ.get(STARTUP_ENV) or STARTUP_SECONDS)
+        except ValueError:
+            seconds = STARTUP_SECONDS
     deadline = time.monotonic() + seconds
     while True:
         if _health(found.api, found.auth):
@@ -348,7 +355,7 @@ def wait_ready(found: Found, seconds: float = STARTUP_SECONDS) -> None:
         if time.monotonic() > deadline:
             raise LocalApiError(
                 f"the local Prefect API at {found.api.url} did not answer within {seconds:.0f} s "
-                f"(see {api_dir() / 'server.log'}; `das server stop` stops it)"
+                f"({STARTUP_ENV}; see {api_dir() / 'server.log'}; `das server stop` stops it)"
             )
         time.sleep(0.1)
 
