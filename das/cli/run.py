@@ -244,8 +244,19 @@ def _announce_local_api(product: str) -> tuple[Any, float] | None:
     return found, time.monotonic()
 
 
+def _warm_up(skip_validation: bool) -> None:
+    """What the flow imports later (Great Expectations: ~2-3 s), imported now while the local
+    API that this run started is still starting on the other core."""
+    if not skip_validation:
+        import great_expectations  # noqa: F401
+
+        import das.validation.data_docs  # noqa: F401
+
+
 @contextlib.contextmanager
-def _start_local_api(product: str, announced: tuple[Any, float] | None) -> Iterator[None]:
+def _start_local_api(
+    product: str, announced: tuple[Any, float] | None, skip_validation: bool = False
+) -> Iterator[None]:
     """The API :func:`_announce_local_api` announced, waited for (the temporary one started
     now, once per process, rather than inside the flow), said when it answers; inside, the
     flow runs against it (Prefect's settings too, in case an earlier step of this process
@@ -272,6 +283,8 @@ def _start_local_api(product: str, announced: tuple[Any, float] | None) -> Itera
         )
         yield
         return
+    if found.started:
+        _warm_up(skip_validation)
     local_api.wait_ready(found)
     if found.started:
         print(
@@ -401,7 +414,7 @@ def _run(args: argparse.Namespace) -> int:
 
     flow = product_flow.with_options(task_runner=task_runner_from_env(inputs=input_bytes(data)))
     try:
-        with _start_local_api(product, announced):
+        with _start_local_api(product, announced, args.skip_validation):
             _watch_for_crashes(product)
             with _quiet_tracebacks(), shown(product, verbose=args.verbose):
                 state = flow(**parameters, return_state=True)
