@@ -16,6 +16,8 @@ from prefect.task_runners import TaskRunner, ThreadPoolTaskRunner  # noqa: E402
 from prefect_dask import DaskTaskRunner  # noqa: E402
 from prefect_dask.client import PrefectDaskClient  # noqa: E402
 
+from flows.sizing import IN_PROCESS_BELOW_BYTES, input_bytes  # noqa: E402, F401
+
 
 def inside_dask_worker() -> bool:
     """True in a task running on a Dask worker (a daemonic process: it may not start one)."""
@@ -72,21 +74,6 @@ class EagerDaskTaskRunner(DaskTaskRunner):
 DASK_HOST_ENV = "DAS_DASK_HOST"  # where a run's own local cluster listens (default loopback)
 DASK_DASHBOARD_ENV = "DAS_DASK_DASHBOARD"  # its dashboard: "HOST:PORT", or "" for none
 DASK_WORKERS_ENV = "DAS_DASK_WORKERS"  # its worker processes (default 2)
-# Inputs smaller than this run on one in-process Dask worker with threads even with a Prefect
-# server: starting two worker processes (and importing the pipeline in each) cost a 100 k-person
-# run ~5 s of its ~10, and below ~1 M persons the threads are as fast (numpy releases the GIL).
-IN_PROCESS_BELOW_BYTES = 64 * 2**20
-
-
-def input_bytes(folder: str | os.PathLike[str]) -> int:
-    """The size of the input files in ``folder`` (its regular files, not its subfolders): the
-    size the file system shows, which sizes the cluster (never a record count)."""
-    total = 0
-    with os.scandir(folder) as entries:
-        for entry in entries:
-            if entry.is_file():
-                total += entry.stat().st_size
-    return total
 
 
 def local_workers(default: int = 2) -> int:

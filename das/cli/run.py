@@ -210,6 +210,24 @@ def _preflight(args: argparse.Namespace, parameters: dict[str, Any]) -> str | No
     return None
 
 
+def _prewarm_validation(args: argparse.Namespace) -> None:
+    """When this process will validate the inputs itself (its tasks on in-process threads),
+    import Great Expectations in a process of its own now, on the other core, while this one
+    imports Prefect and starts its flow run (:class:`das.validation.gx_runner.PrewarmedGx`).
+    Not when GX is imported here already (the test suite's processes): it costs nothing."""
+    from flows.sizing import IN_PROCESS_BELOW_BYTES, input_bytes
+
+    if args.skip_validation or "great_expectations" in sys.modules:
+        return
+    if os.environ.get("DAS_DASK_ADDRESS"):
+        return
+    threads = os.environ.get("DAS_TASK_RUNNER") == "threads"
+    if threads or input_bytes(args.data) < IN_PROCESS_BELOW_BYTES:
+        from das.validation.gx_runner import prewarm
+
+        prewarm()
+
+
 def _announce_local_api(product: str) -> tuple[Any, float] | None:
     """Without a configured Prefect API: find the local API of this home (``das server``),
     or start it in the background now and say so — before the heavy imports, which then
@@ -244,19 +262,8 @@ def _announce_local_api(product: str) -> tuple[Any, float] | None:
     return found, time.monotonic()
 
 
-def _warm_up(skip_validation: bool) -> None:
-    """What the flow imports later (Great Expectations: ~2-3 s), imported now while the local
-    API that this run started is still starting on the other core."""
-    if not skip_validation:
-        import great_expectations  # noqa: F401
-
-        import das.validation.data_docs  # noqa: F401
-
-
 @contextlib.contextmanager
-def _start_local_api(
-    product: str, announced: tuple[Any, float] | None, skip_validation: bool = False
-) -> Iterator[None]:
+def _start_local_api(product: str, announced: tuple[Any, float] | None) -> Iterator[None]:
     """The API :func:`_announce_local_api` announced, waited for (the temporary one started
     now, once per process, rather than inside the flow), said when it answers; inside, the
     flow runs against it (Prefect's settings too, in case an earlier step of this process
@@ -283,8 +290,6 @@ def _start_local_api(
         )
         yield
         return
-    if found.started:
-        _warm_up(skip_validation)
     local_api.wait_ready(found)
     if found.started:
         print(
@@ -392,6 +397,7 @@ def _run(args: argparse.Namespace) -> int:
     from das.offline import configure_offline
 
     configure_offline()
+    _prewarm_validation(args)
     try:
         announced = _announce_local_api(product)
     except (LocalApiError, OSError) as exc:
@@ -414,7 +420,7 @@ def _run(args: argparse.Namespace) -> int:
 
     flow = product_flow.with_options(task_runner=task_runner_from_env(inputs=input_bytes(data)))
     try:
-        with _start_local_api(product, announced, args.skip_validation):
+        with _start_local_api(product, announced):
             _watch_for_crashes(product)
             with _quiet_tracebacks(), shown(product, verbose=args.verbose):
                 state = flow(**parameters, return_state=True)
