@@ -130,6 +130,12 @@ def test_run_starts_it_the_next_reuses_it_a_stale_one_is_replaced_stop_stops_it(
             assert "phsafe-release" in _artifact_keys(api.url, auth, run_id), name
         status = _das(["server", "status"], env, tmp_path)
         assert status.returncode == 0 and f"process {api.pid}" in status.stdout
+        # what reads the runs' posts reads them there: the ledger's witness, the runs
+        verify = _das(["ledger", "verify"], env, tmp_path)
+        assert verify.returncode == 0, verify.stdout + verify.stderr
+        assert f"Prefect server ({api.url}): the ledger holds all" in verify.stdout
+        listed = _das(["runs", "list"], env, tmp_path)
+        assert listed.returncode == 0 and listed.stdout.count("phsafe") >= 2, listed.stdout
         # killed outright: its record is stale, and the next start replaces it
         os.killpg(api.pid, signal.SIGKILL)
         _wait_gone(api.pid)

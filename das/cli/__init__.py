@@ -119,6 +119,18 @@ def main(argv: Sequence[str] | None = None) -> int:
         help_parser().parse_args(argv)  # prints the help or the usage error, and exits
     parser = build_parser(argv[0])
     args = parser.parse_args(argv)
+    # Commands that read what runs posted to a Prefect API (the ledger's witnessed heads, the
+    # runs) read the local API the runs reported to, when no other is configured; `das ledger
+    # verify` starts it (the witness it checks is there).
+    if args.command in ("ledger", "runs") and not os.environ.get("PREFECT_API_URL"):
+        from das.cli import server as local_api
+
+        verify = getattr(args, "ledger_command", None) == "verify" and not args.no_prefect
+        try:
+            local_api.use_for_reading(start=verify)
+        except (local_api.LocalApiError, OSError) as exc:
+            print(f"das {args.command}: error: the local Prefect API: {exc}", file=sys.stderr)
+            return 3
     # `das run` against a server: refused credentials stop here, in one line (exit 2, nothing
     # drawn), not in a traceback from the flow's first API call. (`das deploy` asks itself.)
     api = os.environ.get("PREFECT_API_URL")

@@ -22,6 +22,10 @@ server. It stays up until ``das server stop`` (or the machine restarts).
   server, is stale and replaced; a server of another Prefect version is stopped and started
   again with this one (its database is migrated by the newer version).
 
+`das ledger verify` (which checks the ledger against the heads the runs posted there, and
+starts it when it is not running), `das ledger approve` and `das runs list` use it too when no
+other Prefect API is configured.
+
 ``DAS_LOCAL_API=temporary`` restores the earlier behaviour: each run starts a temporary API of
 its own and stops it when it ends (20-40 s more per run on 2 cores).
 
@@ -365,6 +369,21 @@ def use(found: Found, environ: MutableMapping[str, str] | None = None) -> None:
     environ = os.environ if environ is None else environ
     environ["PREFECT_API_URL"] = found.api.url
     environ[CLIENT_AUTH] = found.auth
+
+
+def use_for_reading(start: bool = False) -> LocalApi | None:
+    """For a command that reads what runs posted (`das ledger verify` and `approve`, `das runs
+    list`) with no Prefect API configured: the local API the runs reported to, when it runs
+    (or, with ``start``, once started), pointed at like :func:`use`; else None."""
+    if not wanted():
+        return None
+    api = find()
+    if api is None and not start:
+        return None
+    found = Found(api, _auth(_folder()), started=False) if api is not None else start()
+    wait_ready(found)
+    use(found)
+    return found.api
 
 
 def stop(environ: Mapping[str, str] | None = None) -> LocalApi | None:
