@@ -214,10 +214,11 @@ def _prewarm_validation(args: argparse.Namespace) -> None:
     """When this process will validate the inputs itself (its tasks on in-process threads),
     import Great Expectations in a process of its own now, on the other core, while this one
     imports Prefect and starts its flow run (:class:`das.validation.gx_runner.PrewarmedGx`).
-    Not when GX is imported here already (the test suite's processes): it costs nothing."""
+    Not in a process that has imported Prefect or GX already (the test suite's, `das demo`'s
+    after its first steps): there GX is imported once and costs nothing after."""
     from flows.sizing import IN_PROCESS_BELOW_BYTES, input_bytes
 
-    if args.skip_validation or "great_expectations" in sys.modules:
+    if args.skip_validation or {"prefect", "great_expectations"} & sys.modules.keys():
         return
     if os.environ.get("DAS_DASK_ADDRESS"):
         return
