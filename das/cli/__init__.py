@@ -3,10 +3,12 @@
 from __future__ import annotations
 
 import argparse
+import contextlib
 import importlib
 import os
 import sys
 from collections.abc import Sequence
+from typing import NoReturn
 
 from das.heartbeats import HeartbeatSettingError, configure_heartbeats
 from das.offline import configure_offline
@@ -97,8 +99,26 @@ def help_parser() -> argparse.ArgumentParser:
     return parser
 
 
+def _exit_now(code: int) -> NoReturn:
+    """End a `das run` process that has finished: the interpreter's exit steps that matter
+    run (threads joined and their exit hooks: Prefect's log and event workers drain to the
+    server; then atexit: logging flushed, temporary files removed), but not its teardown of
+    every module and object, which cost a 100 k-person run 1-2 s of wall and up to 6 CPU-s on a
+    loaded machine, after its last line."""
+    import atexit
+    import threading
+
+    threading._shutdown()  # the interpreter's first exit step
+    atexit._run_exitfuncs()  # its second
+    for stream in (sys.stdout, sys.stderr):
+        with contextlib.suppress(Exception):
+            stream.flush()
+    os._exit(code)
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     """Entry point of the `das` console script; returns the process exit code."""
+    whole_process = argv is None  # the console script or `python -m das`, not a caller
     try:  # the flow runs' heartbeat, before Prefect reads its settings
         configure_heartbeats()
     except HeartbeatSettingError as exc:
@@ -138,7 +158,10 @@ def main(argv: Sequence[str] | None = None) -> int:
         refused = server_accepts("das run")
         if refused:
             return refused
-    return int(args.handler(args) or 0)
+    code = int(args.handler(args) or 0)
+    if whole_process and args.command == "run":
+        _exit_now(code)
+    return code
 
 
 if __name__ == "__main__":
