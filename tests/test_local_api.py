@@ -127,7 +127,10 @@ def test_run_starts_it_the_next_reuses_it_a_stale_one_is_replaced_stop_stops_it(
         assert "Prefect API" not in second.stderr  # found, not started
         for name in ("r1", "r2"):
             run_id = json.loads((tmp_path / name / "audit.json").read_text())["run_id"]
-            assert "phsafe-release" in _artifact_keys(api.url, auth, run_id), name
+            keys, logs, state = _posted(api.url, auth, run_id)
+            assert "phsafe-release" in keys and state == "Completed", (name, keys, state)
+            # its last log line too: the process drained its log worker before it ended
+            assert any(f"run {run_id} succeeded" in line for line in logs), name
         status = _das(["server", "status"], env, tmp_path)
         assert status.returncode == 0 and f"process {api.pid}" in status.stdout
         # what reads the runs' posts reads them there: the ledger's witness, the runs
@@ -166,22 +169,28 @@ def _wait_gone(pid: int, seconds: float = 30) -> None:
     raise AssertionError(f"process {pid} still runs after {seconds} s")
 
 
-_ARTIFACT_KEYS = """
+_POSTED = """
 import json, sys
 from prefect.client.orchestration import get_client
-from prefect.client.schemas.filters import ArtifactFilter, ArtifactFilterFlowRunId
+from prefect.client.schemas.filters import (ArtifactFilter, ArtifactFilterFlowRunId, LogFilter,
+                                            LogFilterFlowRunId)
 with get_client(sync_client=True) as client:
     found = client.read_artifacts(
         artifact_filter=ArtifactFilter(flow_run_id=ArtifactFilterFlowRunId(any_=[sys.argv[1]])))
-print(json.dumps(sorted({a.key for a in found if a.key})))
+    run = LogFilterFlowRunId(any_=[sys.argv[1]])
+    logs = client.read_logs(log_filter=LogFilter(flow_run_id=run))
+    state = client.read_flow_run(sys.argv[1]).state.name
+print(json.dumps([sorted({a.key for a in found if a.key}), [l.message for l in logs], state]))
 """
 
 
-def _artifact_keys(url: str, auth: str, flow_run_id: str) -> set[str]:
-    """The artifact keys of one flow run, read with Prefect's client (CSRF and auth on)."""
+def _posted(url: str, auth: str, flow_run_id: str) -> tuple[set[str], list[str], str]:
+    """One flow run's artifact keys, log messages and state on the server, read with Prefect's
+    client (CSRF and auth on)."""
     env = {**os.environ, "PREFECT_API_URL": url, "PREFECT_API_AUTH_STRING": auth}
     out = subprocess.run(
-        [sys.executable, "-c", _ARTIFACT_KEYS, flow_run_id],
+        [sys.executable, "-c", _POSTED, flow_run_id],
         env=env, capture_output=True, text=True, check=True, timeout=120,
     )  # fmt: skip
-    return set(json.loads(out.stdout.strip().splitlines()[-1]))
+    keys, logs, state = json.loads(out.stdout.strip().splitlines()[-1])
+    return set(keys), logs, state
