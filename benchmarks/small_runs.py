@@ -26,6 +26,7 @@ import datetime
 import json
 import os
 import re
+import signal
 import statistics
 import subprocess
 import sys
@@ -231,7 +232,12 @@ def bench_product(product: str, persons: int, repeat: int, scratch: Path) -> Non
           ))  # fmt: skip
 
 
+def _interrupted(signum: int, _frame: object) -> None:
+    raise KeyboardInterrupt(f"signal {signum}")  # the local APIs are stopped on the way out
+
+
 def main() -> None:
+    signal.signal(signal.SIGTERM, _interrupted)
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--persons", type=int, default=100_000)
     parser.add_argument("--repeat", type=int, default=3)
