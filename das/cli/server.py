@@ -7,10 +7,11 @@ so that only the first run of a home waits for a Prefect server to start (and a 
 be migrated): every run is still a real Prefect flow run, with its logs and artifacts on that
 server. It stays up until ``das server stop`` (or the machine restarts).
 
-- **Where it lives**: ``DAS_LOCAL_API_DIR``, else ``${XDG_STATE_HOME:-~/.local/state}/das/
-  local-api``, a folder only its owner can open: ``server.json`` (its process id, port, address
-  and Prefect version), ``auth`` (its auth string, ``das:`` and a random password, mode 0600),
-  ``server.log`` and Prefect's home with its SQLite database (``prefect/prefect.db``).
+- **Where it lives**: ``DAS_LOCAL_API_DIR``, else
+  ``${XDG_STATE_HOME:-~/.local/state}/das/local-api``, a folder only its owner can open:
+  ``server.json`` (its process id, port and Prefect version), ``auth`` (its auth string,
+  ``das:`` and a random password, mode 0600), ``server.log`` and Prefect's home with its
+  SQLite database (``prefect/prefect.db``).
 - **Loopback only, authenticated**: it listens on ``127.0.0.1`` on a free port and answers
   nobody without its auth string (basic auth, CSRF protection on), as `das prefect server
   start` does; each run reads the string from ``auth``. Telemetry off.
