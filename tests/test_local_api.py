@@ -52,6 +52,64 @@ def test_a_record_of_another_process_is_not_the_server(tmp_path: Path) -> None:
     assert local_api._is_server(gone) is False
 
 
+class _FakeServers:
+    """``_spawn``, ``_is_server`` and ``_stop_process`` of das.cli.server without processes:
+    each spawn writes a record naming a new fake process id, which then counts as running."""
+
+    def __init__(self, monkeypatch: pytest.MonkeyPatch, folder: Path) -> None:
+        self.spawned: list[int] = []
+        self.stopped: list[int] = []
+        self.running: set[int] = set()
+        monkeypatch.setenv("DAS_LOCAL_API_DIR", str(folder))
+        monkeypatch.setattr(local_api, "_spawn", self.spawn)
+        monkeypatch.setattr(local_api, "_is_server", lambda api: api.pid in self.running)
+        monkeypatch.setattr(local_api, "_stop_process", self.stop)
+
+    def spawn(self, folder: Path) -> local_api.LocalApi:
+        time.sleep(0.2)  # a start takes a while: the other thread must wait on the lock
+        pid = 10_000_000 + len(self.spawned)
+        self.spawned.append(pid)
+        self.running.add(pid)
+        api = local_api.LocalApi(pid, 40_000 + len(self.spawned), local_api.prefect_version(),
+                                 time.time())  # fmt: skip
+        local_api._write_record(folder, api)
+        return api
+
+    def stop(self, api: local_api.LocalApi, seconds: float = 0) -> None:
+        self.stopped.append(api.pid)
+        self.running.discard(api.pid)
+
+
+def test_two_runs_at_once_start_one_server(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    import threading
+
+    fake = _FakeServers(monkeypatch, tmp_path / "api")
+    found: list[local_api.Found] = []
+    threads = [threading.Thread(target=lambda: found.append(local_api.start())) for _ in "ab"]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join()
+    assert len(fake.spawned) == 1
+    assert sorted(f.started for f in found) == [False, True]
+    assert found[0].api == found[1].api and found[0].auth == found[1].auth
+
+
+def test_a_server_of_another_prefect_version_is_replaced(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    fake = _FakeServers(monkeypatch, tmp_path / "api")
+    first = local_api.start()
+    old = local_api.LocalApi(first.api.pid, first.api.port, "3.0.0", first.api.started)
+    local_api._write_record(tmp_path / "api", old)
+    again = local_api.start()
+    assert fake.stopped == [old.pid] and again.started and again.api.pid != old.pid
+    assert again.replaced == f"it ran Prefect 3.0.0, this is Prefect {local_api.prefect_version()}"
+    fake.running.clear()  # and one whose process is gone
+    gone = local_api.start()
+    assert gone.started and gone.replaced.startswith("its record named process")
+
+
 def _environment(home: Path) -> dict[str, str]:
     keep = {k: v for k, v in os.environ.items() if not k.startswith(("DAS_", "PREFECT_", "XDG_"))}
     return {**keep, "HOME": str(home), "XDG_STATE_HOME": str(home / "state"),
