@@ -110,6 +110,26 @@ def test_a_server_of_another_prefect_version_is_replaced(
     assert gone.started and gone.replaced.startswith("its record named process")
 
 
+def test_a_process_finds_the_api_it_already_uses(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """`das demo` runs both products in one process: its second run goes to the local API its
+    first run started (and runs inside Prefect settings that name it), not to a temporary API
+    that Prefect would start for settings read before the environment named it."""
+    _FakeServers(monkeypatch, tmp_path / "api")
+    monkeypatch.delenv("PREFECT_API_URL", raising=False)
+    monkeypatch.delenv("PREFECT_API_AUTH_STRING", raising=False)
+    monkeypatch.setattr(local_api, "_in_use", None)
+    assert local_api.in_use() is None
+    found = local_api.start()
+    local_api.use(found)
+    again = local_api.in_use()
+    assert again is not None and again.api == found.api and again.auth == found.auth
+    assert again.started is False
+    monkeypatch.setenv("PREFECT_API_URL", "http://127.0.0.1:4200/api")  # another server named
+    assert local_api.in_use() is None
+
+
 def _environment(home: Path) -> dict[str, str]:
     keep = {k: v for k, v in os.environ.items() if not k.startswith(("DAS_", "PREFECT_", "XDG_"))}
     return {**keep, "HOME": str(home), "XDG_STATE_HOME": str(home / "state"),

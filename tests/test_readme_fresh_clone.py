@@ -111,3 +111,7 @@ def test_readme_first_command_from_a_fresh_clone(tmp_path: Path) -> None:
     assert (demo / "release" / "safetab-p" / "t1" / "t1.txt").is_file()
     assert (demo / "release" / "phsafe" / "PH1_num" / "PH1_num.txt").is_file()
     assert "demo complete" in done.stdout
+    # both runs on the local API the first one started, none on a temporary one
+    output = done.stdout + done.stderr
+    assert output.count("starting the local Prefect API at http://127.0.0.1:") == 1
+    assert "Starting temporary server" not in output

@@ -239,6 +239,9 @@ def _announce_local_api(product: str) -> tuple[Any, float] | None:
 
     from das.cli import server as local_api
 
+    earlier = local_api.in_use()  # `das demo`'s second run: the one its first run started
+    if earlier is not None:
+        return earlier, time.monotonic()
     if local_api.api_configured():
         return None
     if not local_api.wanted():

@@ -365,11 +365,26 @@ def wait_ready(found: Found, seconds: float | None = None) -> None:
         time.sleep(0.1)
 
 
+_in_use: Found | None = None
+
+
 def use(found: Found, environ: MutableMapping[str, str] | None = None) -> None:
     """Point this process's Prefect client (and its child processes) at ``found``."""
+    global _in_use
     environ = os.environ if environ is None else environ
     environ["PREFECT_API_URL"] = found.api.url
     environ[CLIENT_AUTH] = found.auth
+    if environ is os.environ:
+        _in_use = found
+
+
+def in_use() -> Found | None:
+    """The local API this process already points at (an earlier step of `das demo`, `das ledger
+    approve`), found again for its next run: the environment names it, but Prefect's settings,
+    read once per process, may have been read before."""
+    if _in_use is None or os.environ.get("PREFECT_API_URL") != _in_use.api.url:
+        return None
+    return Found(_in_use.api, _in_use.auth, started=False)
 
 
 def use_for_reading(start: bool = False) -> LocalApi | None:
