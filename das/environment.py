@@ -2,8 +2,8 @@
 needs it.
 
 The modules that read a variable keep their own constant (``PRODUCTION_ENV`` in
-:mod:`das.runs.policy`, ``RUN_KEY_ENV`` in :mod:`das.runs.run_key`...); this registry is where a
-reader finds them all. The documentation's page *Environment variables* is generated from it,
+:mod:`das.production`, ``RUN_KEY_ENV`` in :mod:`das.trust.run_keys`...); this registry is where
+a reader finds them all. The documentation's page *Environment variables* is generated from it,
 and ``tests/test_environment.py`` fails when the code uses a ``DAS_*`` name this registry does
 not list, or the registry lists one the code no longer uses.
 

@@ -36,12 +36,16 @@ from prefect.input import RunInput  # noqa: E402
 from pydantic import Field  # noqa: E402
 
 from das.privacy.mechanisms import parse_fraction_text  # noqa: E402
+from das.refusal import Remedy, RunRefused  # noqa: E402
 from das.runs.audit import md_escape  # noqa: E402
-from das.runs.ledger import Approval, LedgerRefused, decimal_text  # noqa: E402
-from das.runs.ledger.approvals import APPROVAL_NAMESPACE  # noqa: E402
-from das.runs.policy import Remedy, RunRefused  # noqa: E402
 from das.runs.progress import paused  # noqa: E402
-from das.runs.typed_text import shown  # noqa: E402
+from das.trust import (  # noqa: E402
+    APPROVAL_NAMESPACE,
+    Approval,
+    LedgerRefused,
+    decimal_text,
+    shown,
+)
 from tasks.artifacts import artifact_key  # noqa: E402
 from tasks.run_tags import WAITING, retag  # noqa: E402
 

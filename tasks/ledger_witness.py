@@ -28,7 +28,7 @@ from prefect.client.orchestration import get_client
 from prefect.client.schemas.filters import ArtifactFilter, ArtifactFilterKey
 from prefect.client.schemas.sorting import ArtifactSort
 
-from das.runs.ledger import LedgerInfo, LedgerRefused, PrivacyLedger, witness_problems
+from das.trust import LedgerInfo, LedgerRefused, PrivacyLedger, witness_problems
 
 KEY_PREFIX = "privacy-ledger"
 PAGE = 200  # heads read back per request

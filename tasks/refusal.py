@@ -1,7 +1,7 @@
 """The final state of a release run: a refusal is a state of its own, told apart from a failure
 at a glance and with no traceback; a release says where it is.
 
-A refusal (:class:`das.runs.policy.RunRefused`: the production policy, the privacy ledger, an
+A refusal (:class:`das.refusal.RunRefused`: the production policy, the privacy ledger, an
 approval missing, a run id bound elsewhere, a live run or a release in the output...) means
 *nothing was drawn* and the operator has a next step. The product flows end such a run in the
 state **Refused** — Prefect's *Cancelled* type, grey in the run list (red is a failure, orange
@@ -27,9 +27,9 @@ from prefect.client.schemas.objects import State  # noqa: E402
 from prefect.exceptions import CancelledRun  # noqa: E402
 from prefect.states import Cancelled, Completed  # noqa: E402
 
+from das.refusal import RunRefused  # noqa: E402
 from das.runs.audit import md_escape  # noqa: E402
-from das.runs.ledger import LedgerUnavailable, open_ledger  # noqa: E402
-from das.runs.policy import RunRefused  # noqa: E402
+from das.trust import LedgerUnavailable, open_ledger  # noqa: E402
 from tasks.artifacts import artifact_key  # noqa: E402
 from tasks.run_tags import REFUSED as REFUSED_TAG  # noqa: E402
 from tasks.run_tags import WAITING, retag  # noqa: E402

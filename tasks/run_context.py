@@ -23,11 +23,11 @@ from prefect import get_run_logger  # noqa: E402
 from prefect.artifacts import create_markdown_artifact  # noqa: E402
 
 from das.privacy.accounting import PrivacyAccountant  # noqa: E402
-from das.runs.ledger import Approval, LedgerInfo, PrivacyLedger  # noqa: E402
 from das.runs.lifecycle import ReleaseRun, RunHost, resolve_path  # noqa: E402
 from das.runs.lifecycle import release_run as engine_release_run  # noqa: E402
 from das.runs.progress import RunProgress  # noqa: E402
 from das.runs.start import Parse, RunInputs, RunRequest  # noqa: E402
+from das.trust import Approval, LedgerInfo, PrivacyLedger  # noqa: E402
 from tasks.artifacts import artifact_key, publish_audit_artifact, publish_privacy_artifacts  # noqa: E402
 from tasks.cluster import check_cluster_shares_run  # noqa: E402
 from tasks.ledger_witness import post_head, require_witnessed  # noqa: E402

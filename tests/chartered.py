@@ -10,8 +10,7 @@ from pathlib import Path
 import pytest
 
 from das.cli import main as das_main
-from das.runs.ledger import LedgerStore, PrivacyLedger
-from das.signing import PublicKey, generate_key
+from das.trust import LedgerStore, PrivacyLedger, PublicKey, generate_key
 
 
 @dataclass

@@ -293,7 +293,7 @@ class PrefectStack:
 
     def ledger(self) -> Any:
         """The privacy ledger the deployments use (a folder under the root, or PostgreSQL)."""
-        from das.runs.ledger import LedgerStore, PrivacyLedger, configured_store
+        from das.trust import LedgerStore, PrivacyLedger, configured_store
 
         store = configured_store(self.env) or LedgerStore.in_directory(self.root / "ledger")
         return PrivacyLedger(store)

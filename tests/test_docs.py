@@ -113,7 +113,7 @@ def _python(*folders: str) -> str:
 
 
 def test_the_ledger_entry_kinds_are_the_ones_the_code_writes(reference: ModuleType) -> None:
-    from das.runs.ledger.state import ENTRY_KINDS
+    from das.trust import ENTRY_KINDS
 
     written = set(_KIND.findall(_python("das", "tasks", "flows")))
     assert written, "the pattern found no ledger append: it no longer matches the code"

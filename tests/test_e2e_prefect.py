@@ -38,7 +38,7 @@ from prefect_stack import (
 )
 
 from das.prefect_auth import basic_authorization
-from das.runs.ledger import LedgerStore, PrivacyLedger
+from das.trust import LedgerStore, PrivacyLedger
 
 pytestmark = [pytest.mark.e2e, pytest.mark.slow]
 

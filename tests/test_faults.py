@@ -88,7 +88,7 @@ def test_the_faults_are_recognized_anywhere_in_the_chain() -> None:
     timed_out = RuntimeError("Timed out while attempting to connect to ephemeral Prefect API")
     assert explain(ExceptionGroup("x", [ValueError(), timed_out]), "r").kind == PREFECT
     assert explain(ValueError("a bad value"), "r") is None
-    from das.runs.ledger import LedgerUnavailable
+    from das.trust import LedgerUnavailable
 
     gone = LedgerUnavailable("privacy ledger postgresql://h/db cannot be read: connection refused")
     try:

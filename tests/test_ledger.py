@@ -1,4 +1,4 @@
-"""The privacy ledger alone (das/runs/ledger/): runs bound to their output, approvals, spend
+"""The privacy ledger alone (das/trust/ledger/): runs bound to their output, approvals, spend
 authorized per dataset, draws recorded, the hash chain and what breaks it, tried as a careless
 or hostile operator would. Every test runs on each store (:func:`ledger_store`)."""
 
@@ -13,7 +13,9 @@ from pathlib import Path
 import pytest
 
 from das.privacy.limits import MAX_PASS_TOTAL
-from das.runs.ledger import (
+from das.refusal import Remedy, RunRefused
+from das.trust import (
+    APPROVAL_NAMESPACE,
     ApprovalRequired,
     CeilingExceeded,
     CumulativeSpendRequired,
@@ -23,16 +25,16 @@ from das.runs.ledger import (
     PrivacyLedger,
     ReleaseDiffers,
     RunOpening,
+    RunSigner,
+    approval_statement,
+    canonical_json,
     decimal_text,
+    generate_key,
     open_ledger,
     parse_total,
     release_anchor_problems,
+    sign,
 )
-from das.runs.ledger.approvals import APPROVAL_NAMESPACE, approval_statement
-from das.runs.ledger.run_signatures import RunSigner
-from das.runs.policy import Remedy, RunRefused
-from das.signing import canonical_json, generate_key
-from das.signing.sshsig import sign
 
 US = {"US": Fraction("4.944")}
 CONFIG = "c" * 64
@@ -77,8 +79,7 @@ def plain(store: LedgerStore) -> PrivacyLedger:
 def chartered(store: LedgerStore, tmp_path: Path, quorum: int = 1) -> PrivacyLedger:
     import uuid
 
-    from das.runs.ledger.charter import CHARTER_NAMESPACE, charter_statement
-    from das.runs.ledger.ledger import ledger_ceilings
+    from das.trust import CHARTER_NAMESPACE, charter_statement, ledger_ceilings
 
     approver = tmp_path / "keys" / "approver"
     approver.parent.mkdir(exist_ok=True)

@@ -45,7 +45,7 @@ import tasks.validation_gate as gate_tasks  # noqa: E402
 from das.cli import main as das_main  # noqa: E402
 from das.io.writers import file_sha256  # noqa: E402
 from das.runs.folder import RunFolder  # noqa: E402
-from das.runs.ledger import LedgerStore, PrivacyLedger, open_ledger  # noqa: E402
+from das.trust import LedgerStore, PrivacyLedger, open_ledger  # noqa: E402
 from flows.phsafe import phsafe_flow  # noqa: E402
 from flows.safetab_p import safetab_p_flow  # noqa: E402
 
@@ -639,7 +639,7 @@ def test_a_ledger_rewritten_after_a_release_fails_verification_of_that_release(
     with sqlite3.connect(store.path) as db:
         rows = db.execute("SELECT seq, at, kind, run_id, dataset, payload FROM "
                           "das_ledger_entries ORDER BY seq").fetchall()  # fmt: skip
-        from das.runs.ledger.store import GENESIS_PREV, entry_hash
+        from das.trust.ledger.store import GENESIS_PREV, entry_hash
 
         prev = GENESIS_PREV
         for seq, at, kind, run_id, dataset, payload in rows:

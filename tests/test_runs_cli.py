@@ -11,7 +11,7 @@ import pytest
 
 from das.cli import main as das_main
 from das.runs.cleanup import clean_runs
-from das.runs.ledger import LedgerStore, PrivacyLedger, RunOpening
+from das.trust import LedgerStore, PrivacyLedger, RunOpening
 
 REPO = Path(__file__).resolve().parents[1]
 TOY = REPO.parent / "shared" / "census_specs" / "safetab_p" / "toy"

@@ -23,10 +23,7 @@ from chartered import Chartered, key_pair, make_chartered
 
 from das.cli import main as das_main
 from das.runs.folder import state_root
-from das.runs.ledger import LedgerStore, PrivacyLedger
-from das.runs.ledger.approvals import APPROVAL_NAMESPACE
-from das.signing import canonical_json
-from das.signing.sshsig import sign
+from das.trust import APPROVAL_NAMESPACE, LedgerStore, PrivacyLedger, canonical_json, sign
 
 REPO = Path(__file__).resolve().parents[1]
 TOY = REPO.parent / "shared" / "census_specs" / "safetab_p" / "toy"
@@ -327,9 +324,8 @@ def test_a_held_budget_names_its_holder_and_release_returns_an_undrawn_one(
 
     statement = propose(ledger, "safetab-p", config, data).statement
     dataset = statement["dataset"]
-    from das.runs.ledger import RunOpening
-    from das.runs.ledger.run_signatures import RunSigner
     from das.spend_approval import sealed_spend
+    from das.trust import RunOpening, RunSigner
 
     sealed, plan = sealed_spend("safetab-p", config, data, None)
     opening = RunOpening("held-1", "safetab-p", str(tmp_path / "x"), "c", sealed.digest,
@@ -523,7 +519,7 @@ def _recertify(release: Path, run_key: Path) -> None:
     import base64
 
     from das.io.writers import file_sha256
-    from das.runs.certificate import certify
+    from das.trust import certify
 
     envelope = json.loads((release / "CERTIFICATE.intoto.json").read_text())
     predicate = json.loads(base64.b64decode(envelope["payload"]))["predicate"]

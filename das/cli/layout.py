@@ -406,7 +406,7 @@ def _das_command() -> str:
 
 def next_command(root: Path, ready: Sequence[Product]) -> tuple[str, list[str]]:
     """The `das deploy` line for ``root``, and what it needs (its placeholders, settings)."""
-    from das.runs.policy import LEDGER_ENV, LEDGER_URL_ENV
+    from das.trust import LEDGER_ENV, LEDGER_URL_ENV
 
     parts = [_das_command(), "deploy", "--root", shlex.quote(str(root))]
     checkout = checkout_root()

@@ -173,10 +173,9 @@ def _reporting_faults(handler: Any) -> Any:
 
     def run(args: argparse.Namespace) -> int:
         from das.io.tables import InputFormatError
+        from das.refusal import RunRefused
         from das.runs.faults import EXIT_INFRASTRUCTURE
-        from das.runs.ledger import LedgerUnavailable
-        from das.runs.policy import RunRefused
-        from das.signing import SigningError
+        from das.trust import LedgerUnavailable, SigningError
 
         command = args.ledger_command + (
             f" {args.charter_command}" if args.ledger_command == "charter" else ""
@@ -204,13 +203,12 @@ def _where(parser: argparse.ArgumentParser) -> argparse._MutuallyExclusiveGroup:
 
 
 def _store(args: argparse.Namespace) -> Any:
-    from das.runs.ledger import LedgerStore, ledger_store
+    from das.trust import LedgerStore, ledger_store
 
     if getattr(args, "ledger", None) is not None:
         return LedgerStore.in_directory(args.ledger)
     if getattr(args, "url", None):
-        from das.runs.ledger import configured_store
-        from das.runs.ledger.location import LEDGER_PASSWORD_FILE_ENV, url_without_password
+        from das.trust import LEDGER_PASSWORD_FILE_ENV, configured_store, url_without_password
 
         # The password, if any, from DAS_LEDGER_PASSWORD_FILE: never on the command line.
         url = url_without_password(args.url, "--url")
@@ -226,7 +224,7 @@ def _store_of_release(output: Path) -> Any:
     """The ledger a release's run used, from its audit (the release's, or a run's in the
     state root)."""
     from das.runs.folder import state_root
-    from das.runs.ledger import LedgerStore
+    from das.trust import LedgerStore
 
     audits = [output / "audit.json", *sorted((state_root() / "runs").glob("*/audit.json"))]
     for path in audits:
@@ -244,7 +242,7 @@ def _store_of_release(output: Path) -> Any:
 
 
 def _ledger(args: argparse.Namespace) -> Any:
-    from das.runs.ledger import PrivacyLedger
+    from das.trust import PrivacyLedger
 
     return PrivacyLedger(_store(args))
 
@@ -274,8 +272,7 @@ def _ceilings(args: argparse.Namespace) -> dict[str, Fraction]:
 
 def _runner_keys(paths: list[Path]) -> list[Any]:
     """The run keys a charter names: those given, else this account's run key."""
-    from das.runs.run_key import run_key
-    from das.signing import public_key_of
+    from das.trust import public_key_of, run_key
 
     if paths:
         return [public_key_of(path) for path in paths]
@@ -285,7 +282,7 @@ def _runner_keys(paths: list[Path]) -> list[Any]:
 
 
 def _approver_key(path: Path, approvers: Any, what: str) -> Any:
-    from das.signing import public_key_of
+    from das.trust import public_key_of
 
     key = public_key_of(path)
     if key not in set(approvers):
@@ -311,12 +308,18 @@ def _confirm_history(journal: Any, needs: list[str], info: list[str], forced: bo
 def _init(args: argparse.Namespace) -> int:
     import uuid
 
-    from das.runs.approver_journal import ApproverJournal
-    from das.runs.ledger import PrivacyLedger, decimal_text
-    from das.runs.ledger.charter import CHARTER_NAMESPACE, Charter, charter_statement
-    from das.runs.ledger.ledger import ledger_ceilings
-    from das.signing import canonical_json, load_keys_file
-    from das.signing.sshsig import sign
+    from das.trust import (
+        CHARTER_NAMESPACE,
+        ApproverJournal,
+        Charter,
+        PrivacyLedger,
+        canonical_json,
+        charter_statement,
+        decimal_text,
+        ledger_ceilings,
+        load_keys_file,
+        sign,
+    )
 
     store = _store(args)
     limits = ledger_ceilings(_ceilings(args))
@@ -420,9 +423,7 @@ def _charter_show(args: argparse.Namespace) -> int:
 
 
 def _charter_sign(args: argparse.Namespace) -> int:
-    from das.runs.approver_journal import ApproverJournal
-    from das.runs.ledger.charter import CHARTER_NAMESPACE
-    from das.signing.sshsig import sign
+    from das.trust import CHARTER_NAMESPACE, ApproverJournal, sign
 
     ledger = _ledger(args)
     info = ledger.require_intact()
@@ -452,11 +453,16 @@ def _charter_sign(args: argparse.Namespace) -> int:
 
 
 def _charter_propose(args: argparse.Namespace) -> int:
-    from das.runs.approver_journal import ApproverJournal
-    from das.runs.ledger.charter import CHARTER_NAMESPACE, Charter, charter_statement
-    from das.runs.ledger.ledger import ledger_ceilings
-    from das.signing import canonical_json, load_keys_file
-    from das.signing.sshsig import sign
+    from das.trust import (
+        CHARTER_NAMESPACE,
+        ApproverJournal,
+        Charter,
+        canonical_json,
+        charter_statement,
+        ledger_ceilings,
+        load_keys_file,
+        sign,
+    )
 
     if args.key is None:
         raise ValueError("--key KEY: the proposer signs the new charter")
@@ -525,9 +531,8 @@ def _check_witness(ledger: Any, info: Any, production: bool) -> None:
 
 
 def _approve(args: argparse.Namespace) -> int:
-    from das.runs.approver_journal import ApproverJournal
-    from das.runs.ledger.approvals import statement_problems, statement_text
     from das.spend_approval import Proposal, propose, records_fingerprint, sign_proposal
+    from das.trust import ApproverJournal, statement_problems, statement_text
 
     ledger = _ledger(args)
     info = ledger.require_intact()
@@ -618,7 +623,7 @@ def _approve(args: argparse.Namespace) -> int:
 
 
 def _reject(args: argparse.Namespace) -> int:
-    from das.runs.ledger.identity import who
+    from das.trust import who
 
     ledger = _ledger(args)
     ledger.require_intact()
@@ -629,7 +634,7 @@ def _reject(args: argparse.Namespace) -> int:
 
 
 def _release(args: argparse.Namespace) -> int:
-    from das.runs.ledger.identity import who
+    from das.trust import who
 
     ledger = _ledger(args)
     ledger.require_intact()
@@ -730,14 +735,14 @@ def _charter_summary(chain: Any) -> dict[str, Any] | None:
 
 
 def _decimal(value: Any) -> str:
-    from das.runs.ledger import decimal_text
+    from das.trust import decimal_text
 
     return decimal_text(value)
 
 
 def _render(summary: dict[str, Any]) -> str:
     from das.privacy.mechanisms import parse_fraction_text
-    from das.runs.typed_text import shown
+    from das.trust import shown
 
     ceilings = ", ".join(f"{UNITS[d]} {v}" for d, v in sorted(summary["ceilings"].items()))
     charter = summary["charter"]
@@ -842,7 +847,7 @@ def _witnessed(ledger: Any, info: Any) -> dict[str, Any]:
 
 def _verify(args: argparse.Namespace) -> int:
     from das.runs.faults import EXIT_INFRASTRUCTURE
-    from das.runs.ledger.verify import release_problems
+    from das.trust import release_problems
 
     ledger = _ledger(args)
     info = ledger.info()

@@ -61,8 +61,7 @@ def register(subparsers: argparse._SubParsersAction) -> None:
 
 
 def _verify(args: argparse.Namespace) -> int:
-    from das.runs.certificate import verify_releases
-    from das.signing import SigningError, load_keys_file
+    from das.trust import SigningError, load_keys_file, verify_releases
 
     try:
         trusted = load_keys_file(args.trusted_keys)
@@ -112,6 +111,6 @@ def _print(proof: Any) -> None:
 
 def _decimal(text: str) -> str:
     from das.privacy.mechanisms import parse_fraction_text
-    from das.runs.ledger import decimal_text
+    from das.trust import decimal_text
 
     return decimal_text(parse_fraction_text(text))

@@ -178,7 +178,7 @@ def _preflight(args: argparse.Namespace, parameters: dict[str, Any]) -> str | No
     repeats them): a refusal costs a second, not the ~20 s of a temporary server. None when
     the run may start, else the refusal's text (with the next step in this command's syntax)."""
     from das.products import release_product
-    from das.runs.policy import RunRefused
+    from das.refusal import RunRefused
     from das.runs.start import RunRequest, check_start
 
     product = args.run_product
@@ -345,7 +345,7 @@ def run_command(args: argparse.Namespace) -> int:
             return _usage_error("--run-id: use letters, digits, '.', '_', '-' (at most 128)")
 
     if args.ledger is not None:
-        from das.runs.policy import LEDGER_ENV, LEDGER_URL_ENV
+        from das.trust import LEDGER_ENV, LEDGER_URL_ENV
 
         saved = {name: os.environ.get(name) for name in (LEDGER_ENV, LEDGER_URL_ENV)}
         os.environ[LEDGER_ENV] = str(args.ledger)
@@ -384,7 +384,7 @@ def _run(args: argparse.Namespace) -> int:
     else:
         parameters["credible_interval"] = args.credible_interval
     from das.runs.faults import EXIT_INFRASTRUCTURE, explain
-    from das.runs.ledger import LedgerUnavailable
+    from das.trust import LedgerUnavailable
 
     resume = "run this command again" + (f" with --run-id {args.run_id}" if args.run_id else "")
     try:

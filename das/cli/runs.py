@@ -54,7 +54,7 @@ def _clean(args: argparse.Namespace) -> int:
     from das.cli.ledger import _reporting_faults, _store
     from das.runs.cleanup import clean_runs, summary
     from das.runs.folder import state_root
-    from das.runs.ledger import PrivacyLedger
+    from das.trust import PrivacyLedger
 
     def run(args: argparse.Namespace) -> int:
         ledger = PrivacyLedger(_store(args))

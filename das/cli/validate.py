@@ -94,7 +94,8 @@ def _not_private_warning(product: str, config: Path, data: Path) -> str | None:
     """A config may be valid and still unable to make a private release: an ``Infinity``
     budget means no noise (golden tests). Said next to the verdict, so nobody takes VALID for
     "fit for production"."""
-    from das.runs.policy import RunRefused, infinite_queries
+    from das.refusal import RunRefused
+    from das.runs.policy import infinite_queries
     from das.spend_approval import sealed_spend
 
     try:

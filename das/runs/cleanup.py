@@ -24,7 +24,7 @@ from collections.abc import Iterable
 from dataclasses import dataclass
 from pathlib import Path
 
-from das.runs.ledger import PrivacyLedger, RunState
+from das.trust import PrivacyLedger, RunState
 
 CONFIDENTIAL = ("work", "noise", "sealed", "steps")  # copies of records, noise, parameters
 

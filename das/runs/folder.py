@@ -86,7 +86,7 @@ def check_output_place(output: Path, state: Path) -> None:
     """Refuse an output that would put a release where run state or another release is: inside
     a release (a folder holding a MANIFEST.json), inside a run's work folder (``*.das``), inside
     the state root — or an output that holds the state root. Said by name."""
-    from das.runs.policy import RunRefused
+    from das.refusal import RunRefused
 
     # resolved: a state root reached through a symbolic link is still the state root
     output = Path(output).resolve()

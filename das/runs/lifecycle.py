@@ -40,27 +40,13 @@ from typing import Any, Protocol
 from das.io.fingerprint import combine_fingerprints
 from das.privacy.accounting import PrivacyAccountant
 from das.privacy.mechanisms import Budget
+from das.refusal import Remedy, RunRefused
 from das.runs.audit import AuditRecorder, md_escape
-from das.runs.certificate import certify
 from das.runs.cleanup import forget_records
 from das.runs.faults import InfrastructureFault, explain, resume_hint
 from das.runs.folder import RunFolder
-from das.runs.ledger import (
-    Approval,
-    ApprovalRequired,
-    LedgerInfo,
-    LedgerRefused,
-    LedgerUnavailable,
-    PassSpend,
-    PrivacyLedger,
-    RunState,
-    decimal_text,
-    parse_total,
-)
-from das.runs.ledger.approvals import approval_statement
-from das.runs.ledger.run_signatures import RunSigner
 from das.runs.noise_store import DrawLedger, describe_streams
-from das.runs.policy import Remedy, RunRefused, marker_banner
+from das.runs.policy import marker_banner
 from das.runs.progress import RunProgress
 from das.runs.release import OutputLock, ReleaseStager, RunLease, new_lease
 from das.runs.run_log import run_log_file
@@ -74,6 +60,21 @@ from das.runs.start import (
     check_start,
 )
 from das.runs.steps import RunSteps
+from das.trust import (
+    Approval,
+    ApprovalRequired,
+    LedgerInfo,
+    LedgerRefused,
+    LedgerUnavailable,
+    PassSpend,
+    PrivacyLedger,
+    RunSigner,
+    RunState,
+    approval_statement,
+    certify,
+    decimal_text,
+    parse_total,
+)
 from das.validation.findings import ValidationFailed
 
 
@@ -423,7 +424,7 @@ class ReleaseRun:
         return result
 
     def _certify(self, staging: Path, manifest: Mapping[str, Any]) -> None:
-        """The release's certificate (:mod:`das.runs.certificate`), signed with the run key,
+        """The release's certificate (:mod:`das.trust.certificate`), signed with the run key,
         written beside its MANIFEST just before the release is renamed into place."""
         assert self.check.run_key is not None and self.check.plan is not None
         proof = self.ledger.spend_proof(self.run_id)

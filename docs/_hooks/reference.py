@@ -3,7 +3,7 @@
 Nothing here is written by hand about the code: every command and option comes from the parser
 (``das.cli.build_parser``), every variable from ``das.environment``, the exit codes from
 ``das.runs.faults`` and each command's ``--help``, the config fields from the pydantic models of
-``das.specs.config``, the ledger's entry kinds from ``das.runs.ledger.state.ENTRY_KINDS``, the
+``das.specs.config``, the ledger's entry kinds from ``das.trust.ledger.state.ENTRY_KINDS``, the
 deployments from ``deploy/prefect.yaml``, the artifacts and states from ``tasks.artifacts``, the
 input formats from the readers' table specs and the Great Expectations suites, the layers from
 pyproject's import contracts. A change to the code changes the site at the next build.
@@ -488,12 +488,12 @@ def config_page() -> str:
 
 
 def ledger_entries_page() -> str:
-    from das.runs.ledger.state import COUNTING, ENTRY_KINDS
+    from das.trust import COUNTING, ENTRY_KINDS
 
     lines = [
         "# The ledger's entries",
         "",
-        generated_note("`das.runs.ledger.state.ENTRY_KINDS`"),
+        generated_note("`das.trust.ledger.state.ENTRY_KINDS`"),
         "The privacy ledger is an append-only hash chain: every change is a new entry holding "
         "the SHA-256 of its own fields and of the entry before it; nothing is updated or "
         "deleted. A run, a charter, an approval are *folds* of their entries. Read them with "
@@ -766,6 +766,8 @@ def layers_block() -> str:
     contracts = data["tool"]["importlinter"]["contracts"]
     layers = next(c for c in contracts if c["id"] == "layers")["layers"]
     forbidden = next(c for c in contracts if c["id"] == "engine-without-prefect")
+    face = next(c for c in contracts if c["id"] == "trust-face")
+    alone = next(c for c in contracts if c["id"] == "trust-alone")
     rows = ["| layer (top to bottom) | packages (`\\|`: rooms that must not import each other) |",
             "|---:|---|"]  # fmt: skip
     for number, layer in enumerate(layers, 1):
@@ -777,6 +779,16 @@ def layers_block() -> str:
         + ", ".join(code(m) for m in forbidden["forbidden_modules"])
         + ". No import cycle anywhere (`acyclic_siblings` over `das`, `flows`, `tasks`, "
         "`explorer`).",
+        "",
+        "The trust core is one package: "
+        + ", ".join(code(m) for m in face["protected_modules"])
+        + " are imported by "
+        + ", ".join(code(m) for m in face["allowed_importers"])
+        + " alone (the rest of the code goes through its face), and "
+        + ", ".join(code(m) for m in alone["source_modules"])
+        + " imports none of "
+        + ", ".join(code(m) for m in alone["forbidden_modules"])
+        + ".",
     ]
     return "\n".join(rows)
 
@@ -785,8 +797,8 @@ def output_columns_block() -> str:
     from das.phsafe.measure import NOISE_DISTRIBUTION, output_columns
     from das.phsafe.tables import SHELLS
     from das.postprocess.counts import KEY_COLUMNS
-    from das.runs.release import AUDIT_FILE, CERTIFICATE, MANIFEST
     from das.safetab_p.postprocess import T1_COLUMNS, T2_COLUMNS
+    from das.trust import AUDIT_FILE, CERTIFICATE, MANIFEST
 
     distributions = ", ".join(code(v) for v in NOISE_DISTRIBUTION.values())
     lines = [

@@ -13,9 +13,9 @@ from collections.abc import Iterable, Mapping
 from pathlib import Path
 from typing import Any, Protocol
 
-from das.runs.ledger.errors import LedgerRefused, ReleaseDiffers
-from das.runs.ledger.state import LedgerInfo, fold_run
-from das.runs.ledger.store import Entry, LedgerTransaction
+from das.trust.ledger.errors import LedgerRefused, ReleaseDiffers
+from das.trust.ledger.state import LedgerInfo, fold_run
+from das.trust.ledger.store import Entry, LedgerTransaction
 
 
 class EntryReader(Protocol):
@@ -82,7 +82,7 @@ def release_anchor_problems(ledger: EntryReader, info: LedgerInfo, output: Path)
     """Releases beside ``output`` carry the ledger head they were published at: each must be
     in this ledger (:func:`witness_problems`). A release recorded in another ledger means this
     is not the ledger of these releases (e.g. a mistyped ``DAS_LEDGER_DIR``)."""
-    from das.runs.release import read_manifest
+    from das.trust.release_files import read_manifest
 
     parent = Path(output).parent
     if not parent.is_dir():

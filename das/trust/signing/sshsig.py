@@ -35,9 +35,9 @@ from cryptography.hazmat.primitives import hashes
 from cryptography.hazmat.primitives.asymmetric import ec, ed25519, padding, rsa
 from cryptography.hazmat.primitives.asymmetric.utils import decode_dss_signature
 
-from das.signing import _wire
-from das.signing.errors import SignatureInvalid, SigningError
-from das.signing.keys import PrivateKey, PublicKey, load_private_key, public_key_of_private
+from das.trust.signing import _wire
+from das.trust.signing.errors import SignatureInvalid, SigningError
+from das.trust.signing.keys import PrivateKey, PublicKey, load_private_key, public_key_of_private
 
 __all__ = ["sign", "signature_key", "verify"]
 

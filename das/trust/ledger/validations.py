@@ -13,10 +13,10 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 from typing import Any
 
-from das.runs.ledger.identity import who
-from das.runs.ledger.run_signatures import RunSigner, entry_signer
-from das.runs.ledger.store import LedgerTransaction
-from das.signing import PublicKey
+from das.trust.ledger.identity import who
+from das.trust.ledger.run_signatures import RunSigner, entry_signer
+from das.trust.ledger.store import LedgerTransaction
+from das.trust.signing.keys import PublicKey
 
 
 def record_validation(

@@ -1,7 +1,7 @@
 """What the privacy ledger refuses, and how it fails: one home for the ledger's exceptions.
 
 A *refusal* (:class:`LedgerRefused` and its kinds) is part of the interface: nothing was drawn,
-the message says why and its :class:`~das.runs.policy.Remedy` what to do next. A *fault*
+the message says why and its :class:`~das.refusal.Remedy` what to do next. A *fault*
 (:class:`LedgerUnavailable`) is infrastructure: the ledger cannot be read at all.
 """
 
@@ -11,10 +11,10 @@ from collections.abc import Mapping
 from fractions import Fraction
 from typing import TYPE_CHECKING
 
-from das.runs.policy import Remedy, RunRefused
+from das.refusal import Remedy, RunRefused
 
 if TYPE_CHECKING:
-    from das.runs.ledger.amounts import PassSpend
+    from das.trust.ledger.amounts import PassSpend
 
 
 class LedgerRefused(RunRefused):

@@ -10,7 +10,7 @@ ledger; until then the one before stays in force (or, for the first, nothing may
 
 Nothing here trusts the ledger's database: every signature is verified against the keys the
 charter chain itself names, and a verifier outside the enclave checks the same chain against
-the approver keys the agency publishes (:mod:`das.runs.certificate`). An operator who can write
+the approver keys the agency publishes (:mod:`das.trust.verifier`). An operator who can write
 the database but holds no approver key can add a charter entry, never put one in force.
 
 Entries: ``charter`` (``{"statement": ..., "signatures": [...]}``, the proposer's signature
@@ -27,18 +27,14 @@ from typing import Any
 
 from das.privacy.limits import MAX_PASS_TOTAL
 from das.privacy.mechanisms import fraction_text
-from das.runs.ledger.amounts import decimal_text, unit
-from das.runs.ledger.errors import LedgerRefused
-from das.runs.ledger.store import Entry
-from das.runs.typed_text import shown
-from das.signing import (
-    PublicKey,
-    SignatureInvalid,
-    canonical_json,
-    signature_key,
-    statement_digest,
-    verify,
-)
+from das.trust.ledger.amounts import decimal_text, unit
+from das.trust.ledger.errors import LedgerRefused
+from das.trust.ledger.store import Entry
+from das.trust.signing.canonical import canonical_json, statement_digest
+from das.trust.signing.errors import SignatureInvalid
+from das.trust.signing.keys import PublicKey
+from das.trust.signing.sshsig import signature_key, verify
+from das.trust.text import shown
 
 CHARTER_TYPE = "das-charter/1"
 CHARTER_NAMESPACE = "das-charter"

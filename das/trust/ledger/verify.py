@@ -15,10 +15,9 @@ import json
 from pathlib import Path
 from typing import Any
 
-from das.io.writers import file_sha256
-from das.runs.ledger.ledger import PrivacyLedger
-from das.runs.ledger.state import LedgerInfo
-from das.runs.release import AUDIT_FILE, CERTIFICATE, MANIFEST, content_digest, read_manifest
+from das.trust.ledger.ledger import PrivacyLedger
+from das.trust.ledger.state import LedgerInfo
+from das.trust.release_files import AUDIT_FILE, CERTIFICATE, MANIFEST, content_digest, read_manifest
 
 
 def _audit_noise_ids(audit: dict[str, Any]) -> dict[str, str | None]:
@@ -31,6 +30,9 @@ def _audit_noise_ids(audit: dict[str, Any]) -> dict[str, str | None]:
 
 def release_problems(ledger: PrivacyLedger, info: LedgerInfo, release: Path) -> list[str]:
     """Everything in which ``release`` disagrees with the ledger (empty: it is as recorded)."""
+    # das.io imports pandas with its package: loaded here, not when the face is imported.
+    from das.io.writers import file_sha256
+
     release = Path(release)
     manifest = read_manifest(release)
     if manifest is None:

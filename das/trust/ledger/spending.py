@@ -5,7 +5,7 @@ of the records' canonical fingerprint) with its earlier, this-run and cumulative
 pass (``spend-authorized``). The dataset's recorded spend plus this run must stay within the
 ceiling (the charter's, else the ledger's). A production run — any run against a chartered
 ledger — spends only under an approval signed by a quorum of the charter's approvers
-(:mod:`~das.runs.ledger.approvals`); outside production a further spend on a dataset needs the
+(:mod:`~das.trust.ledger.approvals`); outside production a further spend on a dataset needs the
 operator's exact cumulative total, or an (unsigned) approval. Every function here runs inside
 one ledger transaction (``db``), so a decision read from the ledger and the entry recording it
 are atomic.
@@ -25,19 +25,19 @@ from pathlib import Path
 from typing import Any
 
 from das.privacy.mechanisms import Budget, fraction_text
-from das.runs.ledger.amounts import PassSpend, add, decimal_text, in_definition, unit
-from das.runs.ledger.approvals import APPROVAL_KINDS, Approval, fold_approvals
-from das.runs.ledger.charter import CharterChain, fold_charters
-from das.runs.ledger.errors import (
+from das.refusal import Remedy
+from das.trust.ledger.amounts import PassSpend, add, decimal_text, in_definition, unit
+from das.trust.ledger.approvals import APPROVAL_KINDS, Approval, fold_approvals
+from das.trust.ledger.charter import CharterChain, fold_charters
+from das.trust.ledger.errors import (
     ApprovalRequired,
     CeilingExceeded,
     CumulativeSpendRequired,
     LedgerRefused,
 )
-from das.runs.ledger.run_signatures import RunSigner, entry_signer, signed
-from das.runs.ledger.state import LedgerInfo, RunState, fold_run
-from das.runs.ledger.store import LedgerTransaction
-from das.runs.policy import Remedy
+from das.trust.ledger.run_signatures import RunSigner, entry_signer, signed
+from das.trust.ledger.state import LedgerInfo, RunState, fold_run
+from das.trust.ledger.store import LedgerTransaction
 
 
 def charter_chain(db: LedgerTransaction) -> CharterChain:

@@ -13,7 +13,7 @@ atomic — of two runs reserving at once, on one host or two, exactly one sees t
 
 A chain alone cannot show that its last entries were cut off, or that the whole file was
 replaced by an older copy: the releases carry the head they were published at (their
-MANIFEST), and :mod:`das.runs.ledger.anchors` checks them.
+MANIFEST), and :mod:`das.trust.ledger.anchors` checks them.
 """
 
 from __future__ import annotations
@@ -48,7 +48,7 @@ from sqlalchemy.engine import make_url
 from sqlalchemy.exc import ArgumentError, DatabaseError, OperationalError
 from sqlalchemy.pool import NullPool
 
-from das.runs.ledger.errors import LedgerRefused, LedgerUnavailable
+from das.trust.ledger.errors import LedgerRefused, LedgerUnavailable
 
 LEDGER_FILE = "ledger.sqlite"
 # PostgreSQL advisory lock held while a ledger's tables and first entries are created.

@@ -11,10 +11,10 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from das.runs.ledger.errors import DrawRefused, DuplicateDraw
-from das.runs.ledger.run_signatures import RunSigner, signed
-from das.runs.ledger.state import RunState, fold_run
-from das.runs.ledger.store import LedgerTransaction
+from das.trust.ledger.errors import DrawRefused, DuplicateDraw
+from das.trust.ledger.run_signatures import RunSigner, signed
+from das.trust.ledger.state import RunState, fold_run
+from das.trust.ledger.store import LedgerTransaction
 
 
 @dataclass(frozen=True)

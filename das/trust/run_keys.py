@@ -1,6 +1,6 @@
 """The run's signing key: how a release proves which pipeline made it.
 
-Every release carries a certificate (:mod:`das.runs.certificate`) signed with the key of the
+Every release carries a certificate (:mod:`das.trust.certificate`) signed with the key of the
 service account that runs the pipeline — an OpenSSH ed25519 private key in a file only that
 account can read, named by ``DAS_RUN_KEY``. A charter names the public halves of the run keys
 it trusts (its *runners*); a verifier outside the enclave accepts a certificate only from one of
@@ -20,8 +20,9 @@ import stat
 from collections.abc import Mapping
 from pathlib import Path
 
-from das.runs.policy import RunRefused
-from das.signing import PublicKey, SigningError, generate_key, public_key_of
+from das.refusal import RunRefused
+from das.trust.signing.errors import SigningError
+from das.trust.signing.keys import PublicKey, generate_key, public_key_of
 
 RUN_KEY_ENV = "DAS_RUN_KEY"
 

@@ -13,8 +13,7 @@ from dataclasses import dataclass
 from fractions import Fraction
 from typing import Any
 
-from das.privacy.accounting import ZCDP
-from das.privacy.mechanisms import Budget, fraction_text, parse_fraction_text
+from das.privacy.mechanisms import ZCDP, Budget, fraction_text, parse_fraction_text
 
 INFINITY = float("inf")
 

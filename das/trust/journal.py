@@ -31,8 +31,8 @@ from pathlib import Path
 from typing import Any
 
 from das.privacy.mechanisms import parse_fraction_text
-from das.runs.ledger.amounts import decimal_text
-from das.signing import PublicKey
+from das.trust.ledger.amounts import decimal_text
+from das.trust.signing.keys import PublicKey
 
 JOURNAL_TAG = "das-approver-journal/1"
 
@@ -95,9 +95,12 @@ class ApproverJournal:
             {"at": dt.datetime.now(dt.UTC).isoformat(timespec="seconds"), **entry},
             sort_keys=True,
         )
-        descriptor = os.open(self.path, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o600)
-        with os.fdopen(descriptor, "a") as handle:
-            handle.write(line + "\n")
+        descriptor = os.open(self.path, os.O_RDWR | os.O_APPEND | os.O_CREAT, 0o600)
+        with os.fdopen(descriptor, "a+") as handle:
+            # After a line cut by a crash, start a new line: the cut one is skipped on reading,
+            # and this entry must not be glued to it and lost with it.
+            cut = handle.tell() > 0 and os.pread(descriptor, 1, handle.tell() - 1) != b"\n"
+            handle.write(("\n" if cut else "") + line + "\n")
 
     def record_charter(self, ledger_id: str, digest: str, version: int) -> None:
         self._append({"kind": "charter", "ledger_id": ledger_id, "charter": digest,

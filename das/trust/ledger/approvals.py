@@ -28,10 +28,11 @@ from dataclasses import dataclass
 from typing import Any
 
 from das.privacy.mechanisms import Budget, fraction_text, parse_fraction_text
-from das.runs.ledger.amounts import PassSpend, decimal_text
-from das.runs.ledger.charter import Charter, CharterChain, valid_signers
-from das.runs.ledger.store import Entry
-from das.signing import PublicKey, canonical_json, statement_digest
+from das.trust.ledger.amounts import PassSpend, decimal_text
+from das.trust.ledger.charter import Charter, CharterChain, valid_signers
+from das.trust.ledger.store import Entry
+from das.trust.signing.canonical import canonical_json, statement_digest
+from das.trust.signing.keys import PublicKey
 
 APPROVAL_TYPE = "das-approval/1"
 APPROVAL_NAMESPACE = "das-approval"
@@ -265,7 +266,7 @@ def statement_problems(statement: Mapping[str, Any]) -> list[str]:
 
 def statement_text(statement: Mapping[str, Any]) -> str:
     """An approval statement as a person reads it before signing (typed text escaped)."""
-    from das.runs.typed_text import shown
+    from das.trust.text import shown
 
     unit = "rho (zCDP)" if statement["definition"] == "zcdp" else "epsilon (pure DP)"
     lines = [

@@ -26,8 +26,8 @@ from cryptography.exceptions import UnsupportedAlgorithm
 from cryptography.hazmat.primitives import serialization
 from cryptography.hazmat.primitives.asymmetric import ec, ed25519, rsa
 
-from das.signing import _wire
-from das.signing.errors import SigningError
+from das.trust.signing import _wire
+from das.trust.signing.errors import SigningError
 
 __all__ = [
     "SUPPORTED_ALGORITHMS",
@@ -39,7 +39,7 @@ __all__ = [
 ]
 
 # What `ssh-keygen -Y sign` makes with an ordinary or a FIDO key. The sk- (hardware) keys and
-# ECDSA are verified through ssh-keygen (see das.signing.sshsig); DSA is gone from OpenSSH.
+# ECDSA are verified through ssh-keygen (see das.trust.signing.sshsig); DSA is gone from OpenSSH.
 SUPPORTED_ALGORITHMS: tuple[str, ...] = (
     "ssh-ed25519",
     "ssh-rsa",
@@ -264,7 +264,7 @@ def generate_key(path: Path, comment: str) -> PublicKey:
     return key
 
 
-# -- private helpers shared with das.signing.sshsig and das.signing.attestation ------------------
+# -- private helpers shared with sshsig and dsse ---------------------------------
 
 PrivateKey = ed25519.Ed25519PrivateKey | rsa.RSAPrivateKey | ec.EllipticCurvePrivateKey
 
@@ -337,45 +337,29 @@ def _check_algorithm(algorithm: str) -> None:
 
 
 def _check_blob(algorithm: str, blob: bytes) -> None:
-    """Refuse a blob that is not a well-formed public key of ``algorithm``."""
-    reader = _wire.Reader(blob)
+    """Refuse a blob that is not a well-formed public key of ``algorithm``: cryptography reads
+    it (every field, the key's length, the curve and its point, the RSA numbers, the FIDO
+    application; nothing may follow), after the name inside it is checked against the line's."""
     try:
-        name = reader.string()
-        if name != algorithm.encode("ascii"):
-            shown = name.decode("ascii", "replace")[:60]
-            raise SigningError(
-                f"the key is marked {algorithm} but its data is of type {shown!r} "
-                "(a damaged or edited line?)"
-            )
-        if algorithm in ("ssh-ed25519", "sk-ssh-ed25519@openssh.com"):
-            if len(reader.string()) != 32:
-                raise SigningError(f"the {algorithm} key is not 32 bytes long (damaged?)")
-        elif algorithm == "ssh-rsa":
-            exponent, modulus = reader.mpint(), reader.mpint()
-            if modulus.bit_length() < MIN_RSA_BITS:
-                raise SigningError(
-                    f"the RSA key has {modulus.bit_length()} bits, fewer than {MIN_RSA_BITS}: "
-                    "make an ed25519 key with `ssh-keygen -t ed25519`"
-                )
-            try:
-                rsa.RSAPublicNumbers(exponent, modulus).public_key()
-            except ValueError:
-                raise SigningError("the RSA key's numbers are not a valid key") from None
-        else:
-            curve_name = algorithm.removeprefix("sk-").removesuffix("@openssh.com")
-            curve_name = curve_name.removeprefix("ecdsa-sha2-")
-            if reader.string() != curve_name.encode("ascii"):
-                raise SigningError(f"the {algorithm} key names another curve (damaged?)")
-            point = reader.string()
-            try:
-                ec.EllipticCurvePublicKey.from_encoded_point(_CURVES[curve_name](), point)
-            except ValueError:
-                raise SigningError(f"the {algorithm} key is not a point on its curve") from None
-        if algorithm.startswith("sk-"):
-            reader.string()  # the FIDO application, "ssh:" for keys ssh-keygen makes
-        reader.end()
+        name = _wire.Reader(blob).string()
     except _wire.WireError as exc:
         raise SigningError(f"the {algorithm} key data is malformed: {exc}") from None
+    if name != algorithm.encode("ascii"):
+        shown = name.decode("ascii", "replace")[:60]
+        raise SigningError(
+            f"the key is marked {algorithm} but its data is of type {shown!r} "
+            "(a damaged or edited line?)"
+        )
+    line = f"{algorithm} {base64.b64encode(blob).decode('ascii')}".encode("ascii")
+    try:
+        loaded = serialization.load_ssh_public_key(line)
+    except (ValueError, UnsupportedAlgorithm) as exc:
+        raise SigningError(f"the {algorithm} key data is malformed: {exc}") from None
+    if isinstance(loaded, rsa.RSAPublicKey) and loaded.key_size < MIN_RSA_BITS:
+        raise SigningError(
+            f"the RSA key has {loaded.key_size} bits, fewer than {MIN_RSA_BITS}: "
+            "make an ed25519 key with `ssh-keygen -t ed25519`"
+        )
 
 
 def _key_from_parts(algorithm: str, b64: str, label: str, source: str) -> PublicKey:

@@ -1,21 +1,12 @@
-"""A release's certificate: the proof it carries of who approved it, checkable outside the enclave.
+"""The outsider's verifier: a release's certificate checked with public keys only — no ledger,
+no Prefect server — against the approver keys the agency publishes (``--trusted-keys``).
 
-Beside its MANIFEST every release holds ``CERTIFICATE.intoto.json``: an in-toto Statement v1 in
-a DSSE envelope, signed by the run's service-account key (:mod:`das.runs.run_key`). Its subjects
-are every file of the release (the MANIFEST too) by SHA-256; its predicate
-(:data:`PREDICATE_TYPE`) carries the charter chain (each charter with its approvers'
-signatures), the approval the run spent (its statement with the approvers' signatures), the
-sealed parameters' digest, the dataset, the spend per pass, the ledger and the head at which
-it sealed the release, and whether the release is private.
-
-:func:`verify_release` checks all of it with public keys only — no ledger, no Prefect server —
-against the approver keys the agency publishes (``--trusted-keys``): the charter chain signed by
-trusted approvers from its first version on, the certificate signed by a run key that charter
-names, a quorum of trusted approvers of that charter on an approval of exactly these sealed
-parameters, this dataset and this spend (per pass this run's total exactly, the cumulative
-total within it, made before the approval expired), the files exactly those certified and
-listed by the MANIFEST, and a release labelled private. It says what it proved, or every
-reason it could not.
+It checks the charter chain signed by trusted approvers from its first version on, the
+certificate (:mod:`das.trust.certificate`) signed by a run key that charter names, a quorum of
+trusted approvers of that charter on an approval of exactly these sealed parameters, this
+dataset and this spend (per pass this run's total exactly, the cumulative total within it, made
+before the approval expired), the files exactly those certified and listed by the MANIFEST, and
+a release labelled private. It says what it proved, or every reason it could not.
 """
 
 from __future__ import annotations
@@ -26,52 +17,28 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from das.io.atomic import atomic_write_text
-from das.io.writers import file_sha256
 from das.privacy.mechanisms import parse_fraction_text
-from das.runs.ledger.amounts import decimal_text
-from das.runs.ledger.approvals import APPROVAL_NAMESPACE, APPROVAL_TYPE, Approval
-from das.runs.ledger.charter import Charter, valid_signers
-from das.runs.release import AUDIT_FILE, CERTIFICATE, MANIFEST
-from das.signing import PublicKey, SignatureInvalid, canonical_json
-from das.signing.attestation import sign_envelope, statement, verify_envelope
+from das.trust.certificate import PREDICATE_TYPE
+from das.trust.ledger.amounts import decimal_text
+from das.trust.ledger.approvals import APPROVAL_NAMESPACE, APPROVAL_TYPE, Approval
+from das.trust.ledger.charter import Charter, valid_signers
+from das.trust.release_files import AUDIT_FILE, CERTIFICATE, MANIFEST
+from das.trust.signing.canonical import canonical_json, sha256_hex
+from das.trust.signing.dsse import verify_envelope
+from das.trust.signing.errors import SignatureInvalid
+from das.trust.signing.keys import PublicKey
 
-PREDICATE_TYPE = "urn:das-pipeline:release:v1"
 
-
-def release_files(folder: Path) -> dict[str, str]:
+def file_digests(folder: Path) -> dict[str, str]:
     """Every regular file of a release folder but its certificate: relative path → SHA-256."""
+    # das.io imports pandas with its package: loaded here, not when the face is imported.
+    from das.io.writers import file_sha256
+
     return {
         path.relative_to(folder).as_posix(): file_sha256(path)
         for path in sorted(p for p in folder.rglob("*") if p.is_file() and not p.is_symlink())
         if path.relative_to(folder).as_posix() != CERTIFICATE
     }
-
-
-def certify(
-    staging: Path, predicate: Mapping[str, Any], key: Path, manifest: Mapping[str, Any]
-) -> str:
-    """Sign the release being built in ``staging`` and write its certificate beside the
-    MANIFEST; the certificate's SHA-256. Its subjects are the files the MANIFEST lists (their
-    digests taken from it: at national scale the tables are not read a second time) and the
-    MANIFEST itself; a file in staging that the MANIFEST does not list is refused."""
-    listed = {name: str(item["sha256"]) for name, item in manifest.get("files", {}).items()}
-    present = {
-        path.relative_to(staging).as_posix()
-        for path in staging.rglob("*")
-        if path.is_file() or path.is_symlink()
-    }
-    stray = sorted(present - set(listed) - {MANIFEST, CERTIFICATE})
-    if stray:
-        raise RuntimeError(f"files in the release the MANIFEST does not list: {stray[:5]}")
-    subjects = {**listed, MANIFEST: file_sha256(staging / MANIFEST)}
-    envelope = sign_envelope(statement(subjects, PREDICATE_TYPE, predicate), key)
-    atomic_write_text(staging / CERTIFICATE, json.dumps(envelope, indent=1) + "\n")
-    return file_sha256(staging / CERTIFICATE)
-
-
-def charter_record(charter: Charter) -> dict[str, Any]:
-    return {"statement": charter.statement, "signatures": list(charter.signatures)}
 
 
 @dataclass
@@ -261,7 +228,7 @@ def _check_files(release: Path, statement_doc: Mapping[str, Any], problems: list
             problems.append(
                 f"{name}/ is a folder no certified file is in (added after publication)"
             )
-    present = release_files(release)
+    present = file_digests(release)
     for name in sorted(set(present) - set(certified)):
         problems.append(f"{name} is in the release but not certified (added after publication)")
     for name in sorted(set(certified) - set(present)):
@@ -300,7 +267,7 @@ def _check_audit(release: Path, predicate: Mapping[str, Any], problems: list[str
 
 
 def verify_release(release: Path, trusted: Sequence[PublicKey]) -> Proof:
-    """Everything :mod:`this module's <das.runs.certificate>` docstring says is checked."""
+    """Everything :mod:`this module's <das.trust.verifier>` docstring says is checked."""
     release = Path(release)
     proof = Proof(release)
     problems = proof.problems
@@ -365,8 +332,6 @@ def verify_release(release: Path, trusted: Sequence[PublicKey]) -> Proof:
 def _content_digest(statement_doc: Mapping[str, Any]) -> str:
     """The certified tables and markers (not the audit or MANIFEST, which carry times): what
     two copies of one release share, and two different releases do not."""
-    from das.signing import sha256_hex
-
     rows = sorted(
         f"{item['name']}:{item['digest']['sha256']}"
         for item in statement_doc.get("subject", [])

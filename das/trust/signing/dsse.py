@@ -26,9 +26,9 @@ from securesystemslib.dsse import Envelope
 from securesystemslib.exceptions import UnverifiedSignatureError, VerificationError
 from securesystemslib.signer import CryptoSigner, Signature, SSlibKey
 
-from das.signing.canonical import canonical_json
-from das.signing.errors import SignatureInvalid, SigningError
-from das.signing.keys import (
+from das.trust.signing.canonical import canonical_json
+from das.trust.signing.errors import SignatureInvalid, SigningError
+from das.trust.signing.keys import (
     PublicKey,
     crypto_public_key,
     load_private_key,

@@ -17,8 +17,8 @@ from fractions import Fraction
 from typing import Any
 
 from das.privacy.mechanisms import Budget, fraction_text, parse_fraction_text
-from das.runs.ledger.amounts import PassSpend
-from das.runs.ledger.store import Entry
+from das.trust.ledger.amounts import PassSpend
+from das.trust.ledger.store import Entry
 
 LEDGER_FORMAT = "das-ledger/1"
 COUNTING = ("authorized", "drawing", "completed")  # statuses that count as spent

@@ -22,13 +22,18 @@ from pathlib import Path
 
 from sqlalchemy.engine import make_url
 
-from das.runs.ledger.charter import CharterChain
-from das.runs.ledger.errors import LedgerRefused
-from das.runs.ledger.ledger import PrivacyLedger
-from das.runs.ledger.state import LedgerInfo
-from das.runs.ledger.store import LedgerStore
-from das.runs.policy import LEDGER_ENV, LEDGER_ID_ENV, LEDGER_URL_ENV, production_mode
+from das.production import production_mode
 from das.secret_files import SecretError, read_secret_file
+from das.trust.ledger.charter import CharterChain
+from das.trust.ledger.errors import LedgerRefused
+from das.trust.ledger.ledger import PrivacyLedger
+from das.trust.ledger.state import LedgerInfo
+from das.trust.ledger.store import LedgerStore
+
+LEDGER_ENV = "DAS_LEDGER_DIR"
+LEDGER_URL_ENV = "DAS_LEDGER_URL"
+LEDGER_ID_ENV = "DAS_LEDGER_ID"
+LEDGER_PASSWORD_FILE_ENV = "DAS_LEDGER_PASSWORD_FILE"
 
 
 def url_without_password(url: str, where: str) -> str:
@@ -53,9 +58,6 @@ def default_ledger_dir(environ: Mapping[str, str] | None = None) -> Path:
     environ = os.environ if environ is None else environ
     base = environ.get("XDG_DATA_HOME") or str(Path.home() / ".local" / "share")
     return Path(base).expanduser().absolute() / "das" / "ledger"
-
-
-LEDGER_PASSWORD_FILE_ENV = "DAS_LEDGER_PASSWORD_FILE"
 
 
 def configured_store(environ: Mapping[str, str] | None = None) -> LedgerStore | None:

@@ -4,14 +4,14 @@
 transactions (each decision and the entry recording it are atomic) and delegates the rules to
 the modules of this package, one per concept:
 
-- :mod:`~das.runs.ledger.store`: the hash-chained entries in SQLite or PostgreSQL;
-- :mod:`~das.runs.ledger.state`: what the entries mean (a run's state, the ledger's identity);
-- :mod:`~das.runs.ledger.amounts`: exact budgets, cumulative totals;
-- :mod:`~das.runs.ledger.spending`: authorizing a run's spend, approvals, ceilings;
-- :mod:`~das.runs.ledger.draws`: charging and recording each measurement's noise;
-- :mod:`~das.runs.ledger.anchors`: the sealed release and the heads kept outside the ledger;
-- :mod:`~das.runs.ledger.validations`, :mod:`~das.runs.ledger.identity`,
-  :mod:`~das.runs.ledger.errors`.
+- :mod:`~das.trust.ledger.store`: the hash-chained entries in SQLite or PostgreSQL;
+- :mod:`~das.trust.ledger.state`: what the entries mean (a run's state, the ledger's identity);
+- :mod:`~das.trust.ledger.amounts`: exact budgets, cumulative totals;
+- :mod:`~das.trust.ledger.spending`: authorizing a run's spend, approvals, ceilings;
+- :mod:`~das.trust.ledger.draws`: charging and recording each measurement's noise;
+- :mod:`~das.trust.ledger.anchors`: the sealed release and the heads kept outside the ledger;
+- :mod:`~das.trust.ledger.validations`, :mod:`~das.trust.ledger.identity`,
+  :mod:`~das.trust.ledger.errors`.
 
 Entries: ``init`` (the ledger's id, its ceilings per pass — ρ under zCDP, ε under pure DP, at
 most :data:`das.privacy.limits.MAX_PASS_TOTAL` — and a commitment to its secret key),
@@ -31,23 +31,18 @@ from collections.abc import Iterable, Mapping, Sequence
 from fractions import Fraction
 from typing import Any
 
-from das.privacy.accounting import ZCDP
 from das.privacy.limits import MAX_PASS_TOTAL
-from das.privacy.mechanisms import Budget, fraction_text
-from das.runs.ledger import anchors, draws, spending, validations
-from das.runs.ledger.amounts import PassSpend, decimal_text
-from das.runs.ledger.approvals import Approval, fold_approvals
-from das.runs.ledger.charter import (
-    Charter,
-    CharterChain,
-    check_charter_statement,
-    fold_charters,
-)
-from das.runs.ledger.draws import DrawRecord
-from das.runs.ledger.errors import LedgerRefused
-from das.runs.ledger.identity import DATASET_TAG, NOISE_TAG, keyed_id, who
-from das.runs.ledger.run_signatures import RunSigner, entry_signer, unsigned
-from das.runs.ledger.state import (
+from das.privacy.mechanisms import ZCDP, Budget, fraction_text
+from das.refusal import Remedy
+from das.trust.ledger import anchors, draws, spending, validations
+from das.trust.ledger.amounts import PassSpend, decimal_text
+from das.trust.ledger.approvals import Approval, fold_approvals
+from das.trust.ledger.charter import Charter, CharterChain, check_charter_statement, fold_charters
+from das.trust.ledger.draws import DrawRecord
+from das.trust.ledger.errors import LedgerRefused
+from das.trust.ledger.identity import DATASET_TAG, NOISE_TAG, keyed_id, who
+from das.trust.ledger.run_signatures import RunSigner, entry_signer, unsigned
+from das.trust.ledger.state import (
     LEDGER_FORMAT,
     LedgerInfo,
     RunOpening,
@@ -55,9 +50,8 @@ from das.runs.ledger.state import (
     fold_run,
     ledger_info,
 )
-from das.runs.ledger.store import Entry, LedgerStore, LedgerTransaction, chain_problems
-from das.runs.policy import Remedy
-from das.signing import PublicKey
+from das.trust.ledger.store import Entry, LedgerStore, LedgerTransaction, chain_problems
+from das.trust.signing.keys import PublicKey
 
 
 def ledger_ceilings(ceilings: Mapping[str, Fraction] | None) -> dict[str, Fraction]:
@@ -219,7 +213,7 @@ class PrivacyLedger:
     ) -> PrivacyLedger:
         """Create the ledger: tables, secret key, the ``init`` entry and, for a production
         ledger, its first charter (statement and proposer's signature, checked first: see
-        :mod:`~das.runs.ledger.charter`). Refuses an existing one."""
+        :mod:`~das.trust.ledger.charter`). Refuses an existing one."""
         limits = ledger_ceilings(ceilings)
         if charter is not None:
             if ledger_id is None:
@@ -340,7 +334,7 @@ class PrivacyLedger:
 
     def dataset_id(self, fingerprint: str) -> str:
         """The ledger's name for a dataset: HMAC-SHA256 of its canonical fingerprint under the
-        ledger's secret key (:mod:`~das.runs.ledger.identity`)."""
+        ledger's secret key (:mod:`~das.trust.ledger.identity`)."""
         return keyed_id(self._secret(), DATASET_TAG, fingerprint)
 
     def noise_id(self, digest: str) -> str:
@@ -417,7 +411,7 @@ class PrivacyLedger:
             states = [fold_run(db.entries(run_id=run_id)) for run_id in ids]
         return [s for s in states if s is not None]
 
-    # -- spending (:mod:`~das.runs.ledger.spending`) --------------------------------------------
+    # -- spending (:mod:`~das.trust.ledger.spending`) --------------------------------------------
 
     def authorize(
         self,
@@ -433,8 +427,8 @@ class PrivacyLedger:
         reference: Mapping[str, str] | None = None,
     ) -> list[PassSpend]:
         """Bind the run to the dataset it read and count its spend, or refuse
-        (:func:`~das.runs.ledger.spending.authorize`); ``signer``: the run key that signs the
-        entry (:mod:`~das.runs.ledger.run_signatures`)."""
+        (:func:`~das.trust.ledger.spending.authorize`); ``signer``: the run key that signs the
+        entry (:mod:`~das.trust.ledger.run_signatures`)."""
         with self.store.transaction(write=True) as db:
             return spending.authorize(
                 db,
@@ -451,7 +445,7 @@ class PrivacyLedger:
                 reference=reference,
             )
 
-    # -- the charter (:mod:`~das.runs.ledger.charter`) -----------------------------------------
+    # -- the charter (:mod:`~das.trust.ledger.charter`) -----------------------------------------
 
     def charter_chain(self) -> CharterChain:
         """Every charter of the ledger, with the one in force (signatures verified)."""
@@ -509,7 +503,7 @@ class PrivacyLedger:
             db.append("charter-signature", {"charter": charter.digest, "signature": signature})
             return spending.charter_chain(db).find(charter.digest) or charter
 
-    # -- approvals (:mod:`~das.runs.ledger.approvals`) -----------------------------------------
+    # -- approvals (:mod:`~das.trust.ledger.approvals`) -----------------------------------------
 
     def plan_spend(
         self,
@@ -785,11 +779,11 @@ class PrivacyLedger:
         return spending.holders((r for r in runs if r is not None), self.location)
 
     def totals(self, dataset: str) -> dict[str, dict[str, str]]:
-        """Cumulative spend per pass of a dataset (:func:`~das.runs.ledger.spending.totals`)."""
+        """Cumulative spend per pass of a dataset (:func:`~das.trust.ledger.spending.totals`)."""
         with self.store.transaction() as db:
             return spending.totals(db, dataset)
 
-    # -- draws (:mod:`~das.runs.ledger.draws`) --------------------------------------------------
+    # -- draws (:mod:`~das.trust.ledger.draws`) --------------------------------------------------
 
     def start_drawing(self, run_id: str, attempt: int) -> None:
         """From here on the run counts as spent in full; draws are allowed to this attempt."""
@@ -842,7 +836,7 @@ class PrivacyLedger:
                 )
         return draws.recorded_draws(fold_run(entries))
 
-    # -- the release (:mod:`~das.runs.ledger.anchors`) ------------------------------------------
+    # -- the release (:mod:`~das.trust.ledger.anchors`) ------------------------------------------
 
     def seal_release(self, run_id: str, content_sha256: str) -> dict[str, Any]:
         """Record the release's content before it is published; the head its MANIFEST carries."""
@@ -868,7 +862,7 @@ class PrivacyLedger:
         with self.store.transaction(write=True) as db:
             db.append(kind, dict(detail), run_id=run_id, dataset=dataset)
 
-    # -- validations (:mod:`~das.runs.ledger.validations`) --------------------------------------
+    # -- validations (:mod:`~das.trust.ledger.validations`) --------------------------------------
 
     def record_validation(
         self,

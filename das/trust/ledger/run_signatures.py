@@ -5,7 +5,7 @@ pipeline writes them. Two of them would be worth forging: a ``spend-authorized``
 "already authorized" — under an approval another run spent — which a resume would not authorize
 again) and a ``draw-recorded`` entry (a noise file of zeros "already drawn", which a resume
 would reuse: exact counts in a release labelled private). So the run signs them with its run
-key (:mod:`das.runs.run_key`), over the entry's kind, run id, dataset and payload; in a
+key (:mod:`das.trust.run_keys`), over the entry's kind, run id, dataset and payload; in a
 chartered ledger a resume, the noise checks and the certificate trust only entries signed by a
 run key the charter names, refuse a run whose history holds an unsigned one, and `das ledger
 verify` names it. The operator holds no run key (the service account does).
@@ -18,8 +18,11 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from das.runs.ledger.store import Entry
-from das.signing import PublicKey, SignatureInvalid, canonical_json, verify
+from das.trust.ledger.store import Entry
+from das.trust.signing.canonical import canonical_json
+from das.trust.signing.errors import SignatureInvalid
+from das.trust.signing.keys import PublicKey
+from das.trust.signing.sshsig import verify
 
 RUN_ENTRY_NAMESPACE = "das-run-entry"
 SIGNED_KINDS = ("spend-authorized", "draw-recorded")
@@ -45,7 +48,7 @@ class RunSigner:
         self, kind: str, run_id: str | None, dataset: str | None, payload: Mapping[str, Any]
     ) -> dict[str, Any]:
         """``payload`` with the run's signature of the entry added."""
-        from das.signing.sshsig import sign
+        from das.trust.signing.sshsig import sign
 
         signature = sign(
             entry_message(kind, run_id, dataset, payload), RUN_ENTRY_NAMESPACE, self.key
