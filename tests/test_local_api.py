@@ -117,8 +117,9 @@ def test_a_process_finds_the_api_it_already_uses(
     first run started (and runs inside Prefect settings that name it), not to a temporary API
     that Prefect would start for settings read before the environment named it."""
     _FakeServers(monkeypatch, tmp_path / "api")
-    monkeypatch.delenv("PREFECT_API_URL", raising=False)
-    monkeypatch.delenv("PREFECT_API_AUTH_STRING", raising=False)
+    for name in ("PREFECT_API_URL", "PREFECT_API_AUTH_STRING"):  # use() sets them: restored
+        monkeypatch.setenv(name, "")
+        monkeypatch.delenv(name)
     monkeypatch.setattr(local_api, "_in_use", None)
     assert local_api.in_use() is None
     found = local_api.start()
