@@ -124,17 +124,12 @@ VARIABLES: tuple[Variable, ...] = (
     ),
     Variable(
         "DAS_APPROVAL_TIMEOUT_SECONDS",
-        "86400 (24 h)",
-        "How long a paused deployment run waits for a quorum of approvers' signatures before "
-        "it ends Refused (nothing drawn). Set it in the worker's environment: its flow runs "
-        "inherit it.",
-        ("worker",),
-    ),
-    Variable(
-        "DAS_APPROVAL_POLL_SECONDS",
-        "5",
-        "How often a paused deployment run asks the ledger whether a quorum signed (it "
-        "resumes by itself when one did). Set it in the worker's environment.",
+        "604800 (7 days)",
+        "How long the approval request a deployment run writes when it finds no approval stays "
+        "open (its expiry, at least 10 s, at most 90 days). The run waits without a process "
+        "(suspended); past the expiry with no quorum of signatures, the approvals sweep "
+        "resumes it and it ends Refused (nothing drawn). Set it in the worker's environment "
+        "(its flow runs inherit it) or a run's job variables.",
         ("worker",),
     ),
     # -- Prefect ---------------------------------------------------------------------------------

@@ -669,3 +669,32 @@ def test_a_refusal_and_its_next_step_read_as_two_sentences() -> None:
     closing = RunRefused("refused (a reason in brackets)", remedy).explained("cli")
     assert closing.startswith("refused (a reason in brackets). Next step: ")
     assert RunRefused("no step").explained("cli") == "no step"
+
+
+def test_a_withdrawn_request_can_no_longer_be_signed_or_spent_and_a_retry_asks_anew(
+    ledger: PrivacyLedger,
+) -> None:
+    """The request of a run cancelled while it waited for its approvers is withdrawn: a
+    signature that comes later is refused and authorizes nothing, the run's Retry does not
+    find it (it asks anew), and the ledger stays intact."""
+    data = ledger.dataset_id("f" * 64)
+    ledger.open_run(opening("a"))
+    passes, ceiling, chain, _ = ledger.plan_spend("safetab-p", data, SEAL, "zcdp", US)
+    statement = approval_statement(
+        ledger_id=ledger.info().ledger_id, charter=chain.in_force, product="safetab-p",
+        dataset=data, parameters={"digest": SEAL, "files": {}}, definition="zcdp",
+        passes=passes, ceiling=ceiling, note="test", requested_by="flow run a", run_id="a",
+    )  # fmt: skip
+    request = ledger.record_approval(statement)  # the waiting run's request: unsigned
+    assert ledger.approval_request("a") is not None
+    assert ledger.withdraw_approval(request.approval_id, "flow run a was cancelled", "das")
+    assert not ledger.withdraw_approval(request.approval_id, "again", "das")  # closed once
+    signature = sign(canonical_json(statement), APPROVAL_NAMESPACE, APPROVER[ledger.location])
+    with pytest.raises(LedgerRefused, match="was withdrawn"):
+        ledger.sign_approval(request.approval_id, signature)
+    assert ledger.approval_request("a") is None
+    with pytest.raises(ApprovalRequired):
+        authorize(ledger, "a", data, production=True)
+    (listed,) = ledger.approvals()
+    assert listed["rejection"]["withdrawn"] and listed["rejection"]["by"] == "das"
+    assert ledger.verify() == []

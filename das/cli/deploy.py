@@ -548,9 +548,9 @@ def watch_for_crashes(settings: Liveness) -> Ensured:
         return ensure_crash_automation(client, settings, update=True)
 
 
-def registered_deployments(names: Sequence[str]) -> list[tuple[str, bool]]:
-    """``(flow/deployment, has a schedule)`` of the deployments ``names`` in the work pool, as
-    the server now holds them, in the order of ``names``."""
+def registered_deployments(names: Sequence[str]) -> list[tuple[str, str]]:
+    """``(flow/deployment, its schedules: "active", "inactive" or "")`` of the deployments
+    ``names`` in the work pool, as the server now holds them, in the order of ``names``."""
     from prefect.client.orchestration import get_client
     from prefect.client.schemas.filters import WorkPoolFilter, WorkPoolFilterName
 
@@ -558,13 +558,19 @@ def registered_deployments(names: Sequence[str]) -> list[tuple[str, bool]]:
     with get_client(sync_client=True) as client:
         deployments = client.read_deployments(work_pool_filter=pool)
         flows = {flow.id: flow.name for flow in client.read_flows(work_pool_filter=pool)}
-    found = {d.name: (f"{flows.get(d.flow_id, '?')}/{d.name}", bool(d.schedules))
-             for d in deployments}  # fmt: skip
+    found = {
+        d.name: (
+            f"{flows.get(d.flow_id, '?')}/{d.name}",
+            "" if not d.schedules else
+            "active" if any(s.active for s in d.schedules) else "inactive",
+        )
+        for d in deployments
+    }  # fmt: skip
     return [found[name] for name in names if name in found]
 
 
 def summary(
-    names: Sequence[tuple[str, bool]], ensured: Ensured, settings: Liveness, checkout: Path
+    names: Sequence[tuple[str, str]], ensured: Ensured, settings: Liveness, checkout: Path
 ) -> str:
     """What was registered and the next commands, each one that works as printed against the
     authenticated server (``das prefect``, which reads DAS_PREFECT_AUTH_FILE)."""
@@ -573,8 +579,8 @@ def summary(
     das = das_command(checkout)
     width = max((len(name) for name, _ in names), default=0)
     lines = [f"das deploy: registered {len(names)} deployment(s) in work pool {WORK_POOL}:"]
-    lines += [f"  {name:<{width}}  {'schedule registered inactive' if scheduled else ''}".rstrip()
-              for name, scheduled in names]  # fmt: skip
+    lines += [f"  {name:<{width}}  {f'schedule registered {scheduled}' if scheduled else ''}"
+              .rstrip() for name, scheduled in names]  # fmt: skip
     lines += [
         f'das deploy: crash detection: automation "{AUTOMATION_NAME}" {ensured.outcome}: a run '
         f"that sends no heartbeat for {settings.crash_after_seconds} s (one every "

@@ -553,6 +553,18 @@ def _approve(args: argparse.Namespace) -> int:
         approval = ledger.approval(args.approval)
         if approval is None:
             raise ValueError(f"no approval {args.approval} in this ledger")
+        if chain.chartered and approval.run_id and approval.rejection is None:
+            # its run was cancelled while it waited: withdrawn now, before anyone signs it
+            _tell_waiting_run(ledger, approval.approval_id, before_signing=True)
+            approval = ledger.approval(args.approval) or approval
+        if approval.withdrawn:
+            from das.trust import shown
+
+            raise ValueError(
+                f"approval {args.approval} was withdrawn "
+                f"({shown((approval.rejection or {}).get('reason', ''))}): it authorizes "
+                "nothing, and nobody needs to sign it"
+            )
         fingerprint = None
         if args.data is not None and args.product is not None:
             fingerprint = records_fingerprint(args.product, args.data)
@@ -613,13 +625,24 @@ def _approve(args: argparse.Namespace) -> int:
         _say(f"recorded approval {approval.approval_id} (unsigned: this ledger has no charter)")
     elif agreed:
         _say(f"signed approval {approval.approval_id}: {len(signers)} of {needed} approvers — one "
-             "run of these parameters on these records may now spend it (a paused run resumes "
-             "by itself)")  # fmt: skip
+             "run of these parameters on these records may now spend it")  # fmt: skip
     else:
         _say(f"signed approval {approval.approval_id}: {len(signers)} of {needed} approvers. "
              f"Each other approver: das ledger approve --approval {approval.approval_id} "
              f"{_where_flag(info)}--key <their key>")  # fmt: skip
+    if chain.chartered and approval.run_id:  # a waiting run's request: tell the run
+        _say(f"the run that asked for it: {_tell_waiting_run(ledger, approval.approval_id)}")
     return EXIT_OK  # the note was shown with the statement, before the signature
+
+
+def _tell_waiting_run(ledger: Any, approval_id: str, before_signing: bool = False) -> str:
+    """Resume (or update the page of) the suspended run that asked for ``approval_id``, or
+    withdraw its request when it was cancelled, when the Prefect server is reachable (else the
+    approvals sweep does it); what happened. ``before_signing``: only a cancelled run's
+    request is acted on (withdrawn)."""
+    from tasks.approval import nudge_from_terminal
+
+    return nudge_from_terminal(ledger, approval_id, withdraw_only=before_signing)
 
 
 def _reject(args: argparse.Namespace) -> int:
@@ -630,6 +653,9 @@ def _reject(args: argparse.Namespace) -> int:
     ledger.reject_approval(args.approval, args.reason, who(), "das ledger reject")
     _say(f"rejected approval {args.approval}: it authorizes nothing; a run waiting for it ends "
          "Refused")  # fmt: skip
+    approval = ledger.approval(args.approval)
+    if approval is not None and approval.run_id:
+        _say(f"the run that asked for it: {_tell_waiting_run(ledger, args.approval)}")
     return EXIT_OK
 
 
@@ -786,7 +812,11 @@ def _render(summary: dict[str, Any]) -> str:
         for approval in item["approvals"]:
             statement = approval["statement"]
             used = f"used by run {approval['used_by']}" if approval["used_by"] else "open"
-            if approval["rejection"]:
+            if approval["rejection"] and approval["rejection"].get("withdrawn"):
+                rejection = approval["rejection"]
+                used = (f"WITHDRAWN ({shown(rejection.get('reason', ''))}; "
+                        f"{shown(rejection.get('by', ''))})")  # fmt: skip
+            elif approval["rejection"]:
                 rejection = approval["rejection"]
                 used = (
                     f"REJECTED by {shown(rejection.get('by', ''))} (as typed, "

@@ -30,7 +30,9 @@ cluster check, progress — is a :class:`RunHost` (Prefect's: :mod:`tasks.run_co
 from __future__ import annotations
 
 import contextlib
+import datetime as dt
 import logging
+import os
 import shutil
 from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
@@ -81,7 +83,9 @@ from das.validation.findings import ValidationFailed
 class RunHost(Protocol):
     """What a release run needs from the orchestrator that runs it (see the module docstring).
     Every method but the witness, the approval wait and the cluster check is information: it
-    must never stop a run."""
+    must never stop a run. The approval wait may end the run's process while the run waits for
+    people (:meth:`suspended` tells that exit from a failure): the orchestrator runs the flow
+    again from its start once they decided."""
 
     @property
     def logger(self) -> logging.Logger | logging.LoggerAdapter[Any]: ...
@@ -101,6 +105,8 @@ class RunHost(Protocol):
     def tag_attempt(self, attempt: int) -> None: ...
 
     def await_approval(self, run: ReleaseRun, request: Approval) -> None: ...
+
+    def suspended(self, exc: BaseException) -> bool: ...
 
     def check_cluster(
         self, files: Mapping[str, Path], run_root: Path, ledger: PrivacyLedger
@@ -128,6 +134,22 @@ READING_STEPS = ("validate", "geography", "spill")
 class RecordsChanged(ValidationFailed):
     """The records about to be measured are not the records validated (or bound to the run):
     an input changed while the run ran. Nothing was drawn."""
+
+
+APPROVAL_TIMEOUT_ENV = "DAS_APPROVAL_TIMEOUT_SECONDS"
+DEFAULT_APPROVAL_TIMEOUT = 7 * 24 * 3600  # as long as an approval `das ledger approve` makes
+
+
+def approval_timeout(environ: Mapping[str, str] | None = None) -> dt.timedelta:
+    """How long the request a waiting run writes stays open (its expiry; then the run ends
+    Refused): ``DAS_APPROVAL_TIMEOUT_SECONDS``, at least 10 s, at most the 90 days an
+    approval may last."""
+    environ = os.environ if environ is None else environ
+    try:
+        seconds = int(environ.get(APPROVAL_TIMEOUT_ENV, DEFAULT_APPROVAL_TIMEOUT))
+    except ValueError:
+        seconds = DEFAULT_APPROVAL_TIMEOUT
+    return dt.timedelta(seconds=min(max(10, seconds), 90 * 24 * 3600))
 
 
 def resolve_path(path: str | Path) -> Path:
@@ -335,8 +357,10 @@ class ReleaseRun:
 
     def request_approval(self, refusal: ApprovalRequired, files: Mapping[str, str]) -> Approval:
         """The approval statement this run's approvers are asked to sign: the one it asked for
-        in an earlier attempt when it is still open, else a new one in the ledger (unsigned:
-        a request; signatures authorize, not the row)."""
+        in an earlier attempt (:meth:`PrivacyLedger.approval_request`: open, or rejected or
+        expired while the run waited — it then ends Refused), else a new one in the ledger
+        (unsigned: a request; signatures authorize, not the row), valid for
+        ``DAS_APPROVAL_TIMEOUT_SECONDS``."""
         statement_of = self.ledger.approval_request(self.run_id)
         if statement_of is not None:
             return statement_of
@@ -356,6 +380,7 @@ class ReleaseRun:
             requested_by=f"flow run {self.host.flow_run_id()}",
             run_id=self.run_id,
             reference=self._reference(files),
+            valid_for=approval_timeout(),
         )
         return self.ledger.record_approval(statement)
 
@@ -492,6 +517,17 @@ def _recorded_draws(ledger: PrivacyLedger, run_id: str, attempt: int) -> dict[st
     return {"fresh": fresh, "earlier_attempts": len(state.draws) - fresh}
 
 
+def _leave_waiting(run: ReleaseRun) -> None:
+    """The run's process ends while the run waits for its approvers (nothing drawn): its run
+    folder — the records read, the steps done — stays for the same run to go on from, and its
+    audit says it waits (the next attempt writes its own)."""
+    run.audit.write("waiting")
+    run.host.logger.info(
+        "%srun %s waits for its approvers without a process: nothing was drawn, and the run "
+        "goes on from its completed steps once they decided", run.banner, run.run_id,
+    )  # fmt: skip
+
+
 def _remove_if_unused(folder: RunFolder, created: bool) -> None:
     """A refused run leaves no lock folder behind when it created the output's work folder."""
     if not created:
@@ -598,6 +634,9 @@ def release_run(
                 if run.progress is not None:
                     run.progress.finish(run.progress.outcome)
             except BaseException as exc:
+                if host.suspended(exc):
+                    _leave_waiting(run)
+                    raise
                 fault = explain(exc, resume_hint(run.context, run_id), host.api_url())
                 with contextlib.suppress(Exception):  # the ledger may be what failed
                     if not run.drawing:
@@ -606,10 +645,7 @@ def release_run(
                     if after is not None and not after.counting:
                         # it never drew: nothing resumes from its copy of the records
                         forget_records(folder.root)
-                    ledger.record_failure(
-                        run_id, state.attempt, type(exc).__name__,
-                        str(exc) if isinstance(exc, RunRefused) else None,
-                    )  # fmt: skip
+                    ledger.record_failure(run_id, state.attempt, type(exc).__name__)
                 if audit.record["ledger"] is None:
                     with contextlib.suppress(Exception):  # ids need the ledger's key
                         partitions = folder.stored_accountants()

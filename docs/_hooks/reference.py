@@ -540,6 +540,7 @@ def deployments_page() -> str:
         "validate_flow": "validate",
         "swap_flow": "swap",
         "audit_privacy_flow": "audit-privacy",
+        "approval_sweep_flow": "approval-sweep",
     }
     lines = [
         "# Prefect deployments",
@@ -564,8 +565,12 @@ def deployments_page() -> str:
             reads = ", ".join(code(p) for p in (spec.config, spec.data) if p)
         schedules = item.get("schedules") or []
         schedule = "; ".join(
-            f"{code(s['cron'])} {cell(s.get('timezone', ''))}"
-            + (" (registered inactive)" if not s.get("active", True) else "")
+            (
+                f"{code(s['cron'])} {cell(s.get('timezone', ''))}"
+                if "cron" in s
+                else f"every {int(s['interval'])} s"
+            )
+            + (" (registered inactive)" if not s.get("active", True) else " (active)")
             for s in schedules
         )
         description = " ".join(str(item.get("description", "")).split())

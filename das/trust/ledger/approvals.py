@@ -12,9 +12,12 @@ In a ledger without a charter (the per-user default) nobody can sign, and an uns
 stands for the operator's own decision (it spares a ``--cumulative-total``); such a ledger never
 makes a release that proves it was approved.
 
-Entries: ``approval`` (``{"statement": ..., "signatures": [...]}``; a paused run writes it with
-none), ``approval-signature`` (``{"approval_id", "signature"}``) and ``approval-rejected``
-(``{"approval_id", "reason", "by", "via"}``: a rejection needs no key — it spends nothing).
+Entries: ``approval`` (``{"statement": ..., "signatures": [...]}``; a waiting run writes it with
+none), ``approval-signature`` (``{"approval_id", "signature"}``), ``approval-rejected``
+(``{"approval_id", "reason", "by", "via"}``: a rejection needs no key — it spends nothing) and
+``approval-withdrawn`` (``{"approval_id", "reason", "by"}``: the request of a run that was
+cancelled or deleted while it waited; like a rejection it closes the statement — no later
+signature authorizes anything — but a Retry of that run asks anew instead of ending Refused).
 """
 
 from __future__ import annotations
@@ -96,6 +99,11 @@ class Approval:
     def run_id(self) -> str | None:
         return self.statement.get("run_id")
 
+    @property
+    def withdrawn(self) -> bool:
+        """Closed because the run that asked for it was cancelled (not a person's rejection)."""
+        return bool(self.rejection and self.rejection.get("withdrawn"))
+
     def expired(self, at: dt.datetime | None = None) -> bool:
         return (at or now()) >= self.expires
 
@@ -161,18 +169,21 @@ def fold_approvals(entries: Iterable[Entry]) -> list[Approval]:
         elif entry.kind == "approval-signature" and data.get("approval_id") in found:
             key = str(data["approval_id"])
             found[key] = found[key].with_signature(str(data["signature"]))
-        elif entry.kind == "approval-rejected" and data.get("approval_id") in found:
+        elif entry.kind in CLOSING_KINDS and data.get("approval_id") in found:
             key = str(data["approval_id"])
             item = found[key]
-            if item.rejection is None:
+            if item.rejection is None:  # the first closing stands
+                closing = {**data, "at": entry.at}
+                if entry.kind == "approval-withdrawn":
+                    closing["withdrawn"] = True
                 found[key] = Approval(
-                    item.statement, item.seq, item.at, item.dataset, item.signatures,
-                    {**data, "at": entry.at},
-                )  # fmt: skip
+                    item.statement, item.seq, item.at, item.dataset, item.signatures, closing
+                )
     return list(found.values())
 
 
-APPROVAL_KINDS = ("approval", "approval-signature", "approval-rejected")
+CLOSING_KINDS = ("approval-rejected", "approval-withdrawn")
+APPROVAL_KINDS = ("approval", "approval-signature", *CLOSING_KINDS)
 
 
 def approval_statement(
@@ -190,12 +201,17 @@ def approval_statement(
     run_id: str | None = None,
     valid_days: int = DEFAULT_VALID_DAYS,
     reference: Mapping[str, str] | None = None,
+    valid_for: dt.timedelta | None = None,
 ) -> dict[str, Any]:
     """A new approval statement (to be signed). ``parameters``: ``{"digest": ...,
     "files": {name: sha256}}`` of the sealed parameters; ``reference``: the public files the
-    run reads besides (SafeTab-P's GRF-C, which sets the geography), by their ids."""
+    run reads besides (SafeTab-P's GRF-C, which sets the geography), by their ids;
+    ``valid_for``: its validity when not whole days (a waiting run's request)."""
     if not 1 <= valid_days <= MAX_VALID_DAYS:
         raise ValueError(f"an approval is valid for 1 to {MAX_VALID_DAYS} days, not {valid_days}")
+    validity = dt.timedelta(days=valid_days) if valid_for is None else valid_for
+    if not dt.timedelta(seconds=1) <= validity <= dt.timedelta(days=MAX_VALID_DAYS):
+        raise ValueError(f"an approval is valid for at most {MAX_VALID_DAYS} days, not {validity}")
     made = now().replace(microsecond=0)
     return {
         "type": APPROVAL_TYPE,
@@ -220,7 +236,7 @@ def approval_statement(
         "requested_by": requested_by,
         "run_id": run_id,
         "made": made.isoformat(),
-        "expires": (made + dt.timedelta(days=valid_days)).isoformat(),
+        "expires": (made + validity).isoformat(),
     }
 
 

@@ -605,6 +605,12 @@ class PrivacyLedger:
                     f"approval {approval_id} was not made under the charter in force: it "
                     "cannot be signed (make a new one)"
                 )
+            if approval.withdrawn:
+                raise LedgerRefused(
+                    f"approval {approval_id} was withdrawn "
+                    f"({approval.rejection.get('reason', '') if approval.rejection else ''}): "
+                    "it authorizes nothing, and nobody needs to sign it"
+                )
             if approval.rejection is not None:
                 raise LedgerRefused(f"approval {approval_id} was rejected; make a new one")
             if approval.expired():
@@ -637,16 +643,44 @@ class PrivacyLedger:
                 dataset=found[0].dataset,
             )
 
+    def withdraw_approval(self, approval_id: str, reason: str, by: str) -> bool:
+        """Close the request of a run that was cancelled (or deleted) while it waited: no later
+        signature authorizes anything. False when there is nothing to close (unknown, already
+        rejected or withdrawn, or spent by its run)."""
+        with self.store.transaction(write=True) as db:
+            found = [a for a in spending.dataset_approvals(db, None) if
+                     a.approval_id == approval_id]  # fmt: skip
+            if not found or found[0].rejection is not None:
+                return False
+            approval = found[0]
+            if approval.dataset and approval_id in spending.used_approvals(
+                spending.dataset_runs(db, approval.dataset)
+            ):
+                return False
+            db.append(
+                "approval-withdrawn",
+                {"approval_id": approval_id, "reason": reason, "by": by},
+                dataset=approval.dataset,
+            )
+        return True
+
     def approval_request(self, run_id: str) -> Approval | None:
-        """The open approval statement a paused run asked its approvers to sign (made under
-        the charter in force, unexpired); a rejected one is returned too (the run then ends)."""
+        """The approval statement a waiting run asked its approvers to sign (made under the
+        charter in force): open, or rejected or expired while the run waited for it (the run
+        then ends Refused). Not one the run was refused for since, nor a withdrawn one (the
+        run was cancelled): a Retry then asks anew."""
         with self.store.transaction() as db:
             chain = spending.charter_chain(db)
             charter = None if chain.in_force is None else chain.in_force.digest
+            refusals = db.entries(run_id=run_id, kinds=("refused",))
+            refused = max((e.seq for e in refusals), default=0)
             found = [
                 a
                 for a in spending.dataset_approvals(db, None)
-                if a.run_id == run_id and a.charter == charter and not a.expired()
+                if a.run_id == run_id
+                and a.charter == charter
+                and (not a.expired() or a.seq > refused)
+                and not a.withdrawn
             ]
         return found[-1] if found else None
 

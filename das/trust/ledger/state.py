@@ -35,11 +35,14 @@ ENTRY_KINDS: dict[str, str] = {
     "charter-signature": "Another approver's signature of a proposed charter.",
     "approval": "An approval statement (ledger, charter, product, dataset, sealed-parameters "
     "digest, per pass earlier/this-run/cumulative, expiry, note) with the signatures given "
-    "with it; a paused deployment run writes its request with none. Authorizes one run once "
-    "a quorum of the charter in force signed it.",
+    "with it; a deployment run waiting for its approvers writes its request with none. "
+    "Authorizes one run once a quorum of the charter in force signed it.",
     "approval-signature": "An approver's signature added to an approval statement.",
     "approval-rejected": "An approval rejected (who, as typed; why; where): it authorizes "
     "nothing, and a run waiting for it ends Refused.",
+    "approval-withdrawn": "An approval request closed because the run that asked for it was "
+    "cancelled or deleted while it waited (why; by what): it authorizes nothing, no signature "
+    "can be added, and a Retry of that run asks for a new approval.",
     "validation": "A validation verdict of a dataset under a config (valid or not, counts "
     "and the names of failed checks; no value).",
     "run-opened": "A run id bound to its output, product, sealed parameters, budgets and seed "
