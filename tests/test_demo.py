@@ -80,3 +80,22 @@ def test_the_guide_survives_a_failed_step(tmp_path: Path, monkeypatch: pytest.Mo
     assert das(["demo", "--output", str(output), "--persons", "200"]) == 1
     assert "## The steps: the commands, in order" in (output / "README.md").read_text()
     assert not (output / "budget").exists()
+
+
+def test_the_demo_says_where_its_runs_are(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys
+) -> None:
+    """Its runs went to the local Prefect API (still up): the last lines say where, and how to
+    see and stop it."""
+    from das.cli import server as local_api
+
+    api = local_api.LocalApi(123, 41873, local_api.prefect_version(), 0.0)
+    monkeypatch.setattr(local_api, "_in_use", local_api.Found(api, "das:x", started=True))
+    monkeypatch.setenv("PREFECT_API_URL", api.url)
+    monkeypatch.setattr(  # the quick steps for real (the budget report reads their files)
+        "das.cli.main", lambda argv: das(argv) if argv[0] in ("synth", "budget") else 0
+    )
+    assert das(["demo", "--output", str(tmp_path / "demo"), "--persons", "200"]) == 0
+    out = capsys.readouterr().out
+    assert "its flow runs are on the local Prefect API at http://127.0.0.1:41873" in out
+    assert "`das server stop` stops it" in out

@@ -91,15 +91,23 @@ def test_readme_first_command_from_a_fresh_clone(tmp_path: Path) -> None:
         and not key.startswith("DAS_")
     }
     env["PREFECT_HOME"] = str(tmp_path / "prefect-home")
-    done = subprocess.run(
-        ["bash", "-c", command],
-        cwd=clone,
-        env=env,
-        capture_output=True,
-        text=True,
-        timeout=TIMEOUT,
-        check=False,
-    )
+    # The local Prefect API that the demo's first `das run` starts (and leaves up for later
+    # runs), in the test's folder, and stopped at the end.
+    env["DAS_LOCAL_API_DIR"] = str(tmp_path / "local-api")
+    try:
+        done = subprocess.run(
+            ["bash", "-c", command],
+            cwd=clone,
+            env=env,
+            capture_output=True,
+            text=True,
+            timeout=TIMEOUT,
+            check=False,
+        )
+    finally:
+        if (clone / ".venv" / "bin" / "das").exists():
+            subprocess.run([str(clone / ".venv" / "bin" / "das"), "server", "stop"], cwd=clone,
+                           env=env, capture_output=True, timeout=120, check=False)  # fmt: skip
     log = tmp_path / "readme-command.log"
     log.write_text(done.stdout + "\n--- stderr ---\n" + done.stderr)
     tail = "\n".join((done.stdout + done.stderr).splitlines()[-40:])
@@ -112,3 +120,7 @@ def test_readme_first_command_from_a_fresh_clone(tmp_path: Path) -> None:
     assert (demo / "release" / "safetab-p" / "t1" / "t1.txt").is_file()
     assert (demo / "release" / "phsafe" / "PH1_num" / "PH1_num.txt").is_file()
     assert "demo complete" in done.stdout
+    # both runs on the local API the first one started, none on a temporary one
+    output = done.stdout + done.stderr
+    assert output.count("starting the local Prefect API at http://127.0.0.1:") == 1
+    assert "Starting temporary server" not in output
