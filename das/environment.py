@@ -212,6 +212,24 @@ VARIABLES: tuple[Variable, ...] = (
         ("worker", "terminal"),
     ),
     Variable(
+        "DAS_LOCAL_API",
+        "unset (the local API of `das server`)",
+        "Where `das run` and `das demo` send their flow runs when no Prefect server is "
+        "configured (no `PREFECT_API_URL` in the environment or the Prefect profile): unset, "
+        "the local API that the first run starts in the background and later runs reuse "
+        "(`das server status`, `das server stop`); `temporary`, a temporary API per run, "
+        "stopped when it ends (20-40 s more per run).",
+        ("terminal", "tests"),
+    ),
+    Variable(
+        "DAS_LOCAL_API_DIR",
+        "${XDG_STATE_HOME:-~/.local/state}/das/local-api",
+        "The folder of the local Prefect API (`das server`): its record `server.json`, its "
+        "auth string `auth` (mode 0600), its log and its Prefect home with the SQLite "
+        "database. Only its owner can open it.",
+        ("terminal",),
+    ),
+    Variable(
         "DAS_TASK_RUNNER",
         "unset (Dask)",
         "`threads` runs a flow's tasks on Prefect's thread pool instead of Dask (tests and "
@@ -227,14 +245,15 @@ VARIABLES: tuple[Variable, ...] = (
     ),
     Variable(
         "DAS_TEST_WORKERS",
-        "2",
-        "pytest-xdist workers of the fast tier in `.ci/test` (the machine's cores).",
+        "1",
+        "pytest-xdist workers of the fast tier in `.ci/test` (one: the e2e scripts that run "
+        "alongside keep the other core busy).",
         ("tests",),
     ),
     Variable(
         "DAS_INTEGRATION_WORKERS",
-        "DAS_TEST_WORKERS + 1",
-        "pytest-xdist workers of the integration tier in `.ci/test`: one more than the cores, "
+        "3",
+        "pytest-xdist workers of the integration tier in `.ci/test`: more than the 2 cores, "
         "since its tests wait on servers and processes much of the time.",
         ("tests",),
     ),
@@ -314,7 +333,7 @@ VARIABLES: tuple[Variable, ...] = (
 RELATED: tuple[Variable, ...] = (
     Variable(
         "PREFECT_API_URL",
-        "unset (`das run` starts a temporary local Prefect API)",
+        "unset (`das run` uses the local Prefect API of `das server`, started on first use)",
         "The Prefect server's API, e.g. `http://127.0.0.1:4200/api`: `das run` reports to it "
         "and its tasks run on worker processes; `das deploy` registers there.",
         ("terminal", "worker", "dask worker", "approver"),
@@ -329,7 +348,8 @@ RELATED: tuple[Variable, ...] = (
     Variable(
         "PREFECT_SERVER_EPHEMERAL_STARTUP_TIMEOUT_SECONDS",
         "180 (set by every `das` command when unset)",
-        "How long the temporary local Prefect API of a `das run` may take to start.",
+        "How long the local Prefect API of a `das run` (`das server`, or the temporary one "
+        "of `DAS_LOCAL_API=temporary`) may take to start.",
         ("terminal",),
     ),
     Variable(

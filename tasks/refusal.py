@@ -51,10 +51,14 @@ class _RefusalIsNotACrash(logging.Filter):
 
 
 logging.getLogger("prefect.flow_runs").addFilter(_RefusalIsNotACrash())
+# Where the run was started, and so in which terms its next step is put (Remedy.for_context).
 WHERE = {
-    "cli": "`das run` (a command-line flag)",
-    "deployment": "a deployment (a parameter of a custom run, or the ledger)",
-    "python": "a Python call of the flow (a keyword argument)",
+    "cli": "Started from `das run`: the next step is put as its command-line flags.",
+    "deployment": "Started from a deployment: the next step is put as a parameter of a new "
+    "custom run of it (its page: Run, then Custom run), or as a command that is the same "
+    "wherever a run starts (`das ledger ...`).",
+    "python": "Started from a Python call of the flow: the next step is put as its keyword "
+    "arguments.",
 }
 
 
@@ -83,7 +87,7 @@ def refusal_markdown(product: str, refusal: RunRefused, context: str, run_id: st
         "",
         md_escape(step),
         "",
-        f"*Started from {WHERE.get(context, context)}.*",
+        f"*{WHERE.get(context, f'Started from {context}.')}*",
         "",
     ])  # fmt: skip
 

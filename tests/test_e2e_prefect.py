@@ -631,7 +631,8 @@ def test_das_commands_need_the_servers_credentials(
 
 def test_das_run_reports_to_the_authenticated_server(prefect_stack: PrefectStack) -> None:
     """`das run` with PREFECT_API_URL set runs its flow against the server, authenticated by
-    the auth file (its Dask workers too: they report the task runs)."""
+    the auth file, and its tasks report to it (on in-process threads: these inputs are under
+    flows.sizing's 64 MiB; the deployment runs' Dask worker processes authenticate too)."""
     stack = prefect_stack
     folder = stack.root / "phsafe" / "pr"
     output = stack.base / "das-run" / "output"

@@ -12,6 +12,7 @@ from pathlib import Path
 
 import pytest
 
+from das.listing import folded
 from das.privacy.limits import MAX_PASS_TOTAL
 from das.refusal import Remedy, RunRefused
 from das.trust import (
@@ -26,6 +27,7 @@ from das.trust import (
     ReleaseDiffers,
     RunOpening,
     RunSigner,
+    anchor_remedy,
     approval_statement,
     canonical_json,
     decimal_text,
@@ -527,6 +529,47 @@ def test_a_ledger_cut_back_to_before_a_release_is_refused_by_the_releases_anchor
     other = PrivacyLedger.initialize(LedgerStore.in_directory(tmp_path / "swapped"))
     problems = release_anchor_problems(other, other.info(), output)
     assert "was recorded in ledger" in problems[0]
+
+
+def test_releases_of_a_replaced_ledger_are_counted_and_the_next_step_keeps_them_apart(
+    tmp_path: Path,
+) -> None:
+    """A ledger that replaced another (moved to PostgreSQL): the releases beside the output
+    were made with the old one. The refusal counts them and names the first few, not each
+    (it ran to a thousand characters), and its next step is a command that, done as printed,
+    lets the next run start."""
+    import json
+    import shlex
+
+    old = PrivacyLedger.initialize(LedgerStore.in_directory(tmp_path / "old"))
+    releases = tmp_path / "the releases"  # a space: the printed command quotes it
+    for number in range(12):
+        (releases / f"r{number:02}").mkdir(parents=True)
+        (releases / f"r{number:02}" / "MANIFEST.json").write_text(
+            json.dumps({"run_id": f"r{number:02}", "ledger": old.info().head()})
+        )
+    new = PrivacyLedger.initialize(LedgerStore.in_directory(tmp_path / "new"))
+    output = releases / "next"
+    (problem,) = release_anchor_problems(new, new.info(), output)
+    assert problem == (
+        f"12 releases (r00, r01, r02 and 9 more) were recorded in ledger {old.info().ledger_id},"
+        f" not in this one ({new.info().ledger_id})"
+    )
+    step = anchor_remedy(new.info(), output).for_context("deployment")
+    assert step is not None and "docs/how-to/ledger-on-postgresql.md" in step
+    move = shlex.split(step.split(": mv ", 1)[1].split(";", 1)[0])
+    assert len(move) == 2 and Path(move[0]) == releases
+    Path(move[0]).rename(move[1])  # what `mv` does
+    assert release_anchor_problems(new, new.info(), output) == []
+    assert len(list(Path(move[1]).iterdir())) == 12
+
+
+def test_a_list_in_a_message_is_folded_to_the_first_few_and_a_count() -> None:
+    assert folded([]) == ""
+    assert folded(["a", "b", "c", "d"]) == "a, b, c, d"  # "1 more" would be no shorter
+    assert folded(list("abcdefg")) == "a, b, c and 4 more"
+    assert folded(list("abcdefg"), sep="; ") == "a; b; c; 4 more"
+    assert folded(list("abcdefg"), shown=1) == "a and 6 more"
 
 
 # --- concurrency ------------------------------------------------------------------------------

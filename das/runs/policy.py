@@ -17,6 +17,7 @@ import math
 import os
 from collections.abc import Iterable, Mapping
 
+from das.listing import folded
 from das.privacy.accounting import Measurement
 from das.production import PRODUCTION_ENV, production_mode
 from das.refusal import Remedy, RunRefused, combined
@@ -87,9 +88,9 @@ def check_release_policy(
         ))  # fmt: skip
     infinite = infinite_queries(plan)
     if infinite:
-        shown = ", ".join(infinite[:3]) + (", ..." if len(infinite) > 3 else "")
         found.append((
-            f"{len(infinite)} query(ies) have an infinite budget, i.e. no noise ({shown})",
+            f"{len(infinite)} query(ies) have an infinite budget, i.e. no noise "
+            f"({folded(infinite)})",
             Remedy(command="give every query of the config a finite budget (Infinity is for "
                    "golden tests, against a ledger without a charter), then start a new run"),
         ))  # fmt: skip

@@ -29,6 +29,7 @@ from typing import Any
 
 from das.io.atomic import atomic_write_text, fsync_directory
 from das.io.writers import file_sha256
+from das.listing import folded
 from das.refusal import RunRefused
 from das.runs.folder import RunFolder
 from das.runs.policy import MARKER_TEXT
@@ -177,7 +178,7 @@ def _table_files(
     stray = sorted(set(present) - expected - {MANIFEST})
     missing = sorted(expected - set(present))
     if stray or missing:
-        extra, absent = ", ".join(stray[:5]) or "none", ", ".join(missing[:5]) or "none"
+        extra, absent = folded(stray) or "none", folded(missing) or "none"
         raise RuntimeError(
             f"the release being built in {staging} holds files the run did not write ({extra}) "
             f"or lacks some it wrote ({absent}): nothing was published; the ledger keeps the "

@@ -48,6 +48,7 @@ from das.trust import (
     PublicKey,
     RunOpening,
     RunState,
+    anchor_remedy,
     check_pinned_roots,
     configured_store,
     open_ledger,
@@ -266,7 +267,10 @@ def check_start(
         if anchors:
             raise LedgerRefused(
                 f"privacy ledger {ledger.info.location} is not the ledger of the releases "
-                "beside this output: " + "; ".join(anchors) + ". Nothing was drawn"
+                f"beside this output (in {folder.release_dir.parent}): "
+                + "; ".join(anchors)
+                + ". Nothing was drawn",
+                anchor_remedy(ledger.info, folder.release_dir),
             )
     check = StartCheck(
         production, sealed, parameters, plan, markers, ledger, run_id, folder, existing, key_path

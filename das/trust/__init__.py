@@ -40,7 +40,7 @@ written here: spends, digests and keyed ids only).
 from das.trust.certificate import certify
 from das.trust.journal import ApproverJournal
 from das.trust.ledger.amounts import PassSpend, decimal_text, parse_total
-from das.trust.ledger.anchors import release_anchor_problems, witness_problems
+from das.trust.ledger.anchors import anchor_remedy, release_anchor_problems, witness_problems
 from das.trust.ledger.approvals import (
     APPROVAL_NAMESPACE,
     Approval,
@@ -138,6 +138,7 @@ __all__ = [
     "SignatureInvalid",
     "SigningError",
     "TrustRoot",
+    "anchor_remedy",
     "approval_statement",
     "canonical_json",
     "certify",

@@ -8,10 +8,11 @@ deployments from ``deploy/prefect.yaml``, the artifacts and states from ``tasks.
 input formats from the readers' table specs and the Great Expectations suites, the layers from
 pyproject's import contracts. A change to the code changes the site at the next build.
 
-Two mechanisms: whole pages (:data:`PAGES`, added to the build as generated files) and blocks
-inside hand-written pages (a line ``<!-- das:NAME -->`` is replaced by :data:`BLOCKS` [NAME]).
-A tutorial's command block marked ``<!-- test: NAME -->`` (run by tests/test_tutorial.py) is
-shown with a title saying so.
+Two mechanisms: whole pages (:data:`PAGES`, added to the build as generated files, each in the
+place of a committed file that tells a reader of the Markdown where the page is:
+:func:`reader_page`) and blocks inside hand-written pages (a line ``<!-- das:NAME -->`` is
+replaced by :data:`BLOCKS` [NAME]). A tutorial's command block marked ``<!-- test: NAME -->``
+(run by tests/test_tutorial.py) is shown with a title saying so.
 ``tests/test_docs.py`` imports this module to compare the pages with the code.
 """
 
@@ -908,6 +909,60 @@ PAGES: dict[str, Callable[[], str]] = {
     "reference/deployments.md": deployments_page,
     "reference/artifacts.md": artifacts_page,
 }
+# What a reader of the Markdown files, outside the site, finds at each generated page's path (a
+# committed file, replaced by the generated page at every build): the page's title and where
+# its content is without a build. Links to these pages then work in the Markdown too.
+READER_PAGES: dict[str, tuple[str, str]] = {
+    "reference/cli.md": (
+        "Command line: `das`",
+        "`das --help`, then `--help` after any command (`das ledger approve --help`)",
+    ),
+    "reference/exit-codes.md": (
+        "Exit codes",
+        "the exit-code paragraph that ends each command's `--help` (`das run --help`), and "
+        "`EXIT_MEANINGS` in "
+        "[`das/runs/faults.py`](../../das/runs/faults.py)",
+    ),
+    "reference/environment.md": (
+        "Environment variables",
+        "the registry [`das/environment.py`](../../das/environment.py)",
+    ),
+    "reference/config.md": (
+        "Config files (`config.json`)",
+        "the pydantic models of [`das/specs/config.py`](../../das/specs/config.py)",
+    ),
+    "reference/input-formats.md": (
+        "Input formats",
+        "the readers' table specs in [`das/io/`](../../das/io/) and the Great Expectations "
+        "suites in [`expectations/`](../../expectations/)",
+    ),
+    "reference/ledger-entries.md": (
+        "The ledger's entries",
+        "`ENTRY_KINDS` in [`das/trust/ledger/state.py`](../../das/trust/ledger/state.py)",
+    ),
+    "reference/deployments.md": (
+        "Prefect deployments",
+        "[`deploy/prefect.yaml`](../../deploy/prefect.yaml) (its comments) and "
+        "[`das/cli/deploy_layout.py`](../../das/cli/deploy_layout.py)",
+    ),
+    "reference/artifacts.md": (
+        "Artifacts and states of a run",
+        "`ARTIFACTS` and `RUN_STATES` in [`tasks/artifacts.py`](../../tasks/artifacts.py)",
+    ),
+}
+
+
+def reader_page(path: str) -> str:
+    """The committed file at a generated page's path (tests/test_docs.py holds them equal)."""
+    title, where = READER_PAGES[path]
+    return (
+        f"# {title}\n\n"
+        "This page is generated from the code each time the site is built: read it on the site "
+        "(`das docs`, or `das docs --no-serve` for its `file://` address). This file only "
+        f"keeps its place for links read in the Markdown. Without the site: {where}.\n"
+    )
+
+
 BLOCKS: dict[str, Callable[[], str]] = {
     "layers": layers_block,
     "output-columns": output_columns_block,
@@ -929,6 +984,9 @@ def on_files(files: Any, config: Any) -> Any:
     from mkdocs.structure.files import File
 
     for path, page in PAGES.items():
+        kept = files.get_file_from_path(path)  # the committed file for Markdown readers
+        if kept is not None:
+            files.remove(kept)
         files.append(File.generated(config, path, content=page()))
     return files
 

@@ -9,13 +9,18 @@ publish only that very content again.
 
 from __future__ import annotations
 
+import shlex
 from collections.abc import Iterable, Mapping
 from pathlib import Path
 from typing import Any, Protocol
 
+from das.listing import folded
+from das.refusal import Remedy
 from das.trust.ledger.errors import LedgerRefused, ReleaseDiffers
 from das.trust.ledger.state import LedgerInfo, fold_run
 from das.trust.ledger.store import Entry, LedgerTransaction
+
+RELEASES_BESIDE = ("release", "releases")
 
 
 class EntryReader(Protocol):
@@ -54,44 +59,83 @@ def witness_problems(
     ledger: EntryReader,
     info: LedgerInfo,
     heads: Iterable[tuple[str, Mapping[str, Any]]],
+    witnesses: tuple[str, str],
 ) -> list[str]:
-    """Heads of this ledger that witnesses outside it recorded — ``(witness, {id, seq, hash})``
-    — that it no longer holds as recorded. A head of
-    another ledger means the witness knew another ledger here (swapped, or re-created after it
-    was emptied)."""
-    problems: list[str] = []
-    for witness, head in heads:
+    """Heads of this ledger that witnesses outside it recorded — ``(name, {id, seq, hash})``
+    — that it no longer holds as recorded, one problem per kind, each with a count and the
+    first few names (:func:`das.listing.folded`); ``witnesses`` names them, singular and
+    plural. A head of another ledger means the witness knew another ledger here (swapped, or
+    re-created after it was emptied)."""
+    elsewhere: dict[str, list[str]] = {}  # another ledger's id -> the witnesses recorded in it
+    lost: list[str] = []
+    for name, head in heads:
         if head.get("id") != info.ledger_id:
-            problems.append(
-                f"{witness} was recorded in ledger {head.get('id')}, not in this one "
-                f"({info.ledger_id} at {info.location})"
-            )
+            elsewhere.setdefault(str(head.get("id")), []).append(name)
         else:
             held = ledger.entry(int(head.get("seq", 0)))
             if held is None or held.hash != head.get("hash"):
-                problems.append(
-                    f"{witness} recorded ledger entry {head.get('seq')}, which this ledger does "
-                    "not hold as recorded (its history was cut or rewritten)"
-                )
-        if len(problems) >= 5:
-            break
+                lost.append(name)
+
+    def counted(names: list[str]) -> str:
+        noun = witnesses[0] if len(names) == 1 else witnesses[1]
+        return f"{len(names)} {noun} ({folded(dict.fromkeys(names))})"
+
+    problems = [
+        f"{counted(names)} {'was' if len(names) == 1 else 'were'} recorded in ledger {other}, "
+        f"not in this one ({info.ledger_id})"
+        for other, names in elsewhere.items()
+    ]
+    if lost:
+        problems.append(
+            f"this ledger does not hold, as recorded, the entries named by {counted(lost)}: "
+            "its history was cut or rewritten"
+        )
     return problems
 
 
-def release_anchor_problems(ledger: EntryReader, info: LedgerInfo, output: Path) -> list[str]:
-    """Releases beside ``output`` carry the ledger head they were published at: each must be
-    in this ledger (:func:`witness_problems`). A release recorded in another ledger means this
-    is not the ledger of these releases (e.g. a mistyped ``DAS_LEDGER_DIR``)."""
+def releases_beside(output: Path) -> list[tuple[str, Mapping[str, Any]]]:
+    """The releases beside ``output`` (its siblings with a MANIFEST), each with the ledger head
+    it was published at: ``(folder name, {id, seq, hash})``."""
     from das.trust.release_files import read_manifest
 
     parent = Path(output).parent
     if not parent.is_dir():
         return []
-    heads = (
-        (f"the release {sibling.name} beside this output", head)
+    return [
+        (sibling.name, head)
         for sibling in sorted(parent.iterdir())
         if sibling != Path(output) and sibling.is_dir()
         for head in [(read_manifest(sibling) or {}).get("ledger")]
         if isinstance(head, dict)
+    ]
+
+
+def release_anchor_problems(ledger: EntryReader, info: LedgerInfo, output: Path) -> list[str]:
+    """Releases beside ``output`` carry the ledger head they were published at: each must be
+    in this ledger (:func:`witness_problems`). A release recorded in another ledger means this
+    is not the ledger of these releases (e.g. a mistyped ``DAS_LEDGER_DIR``, or a ledger that
+    replaced theirs: :func:`anchor_remedy`)."""
+    return witness_problems(ledger, info, releases_beside(output), RELEASES_BESIDE)
+
+
+def anchor_remedy(info: LedgerInfo, output: Path) -> Remedy:
+    """The next step when the releases beside ``output`` are not this ledger's. Made with
+    another ledger: this ledger replaced theirs (the approvers chartered it: moving to
+    PostgreSQL), and those releases move to a folder of their own — or the run was given the
+    wrong ledger. Entries this ledger lost: it was cut back or restored from an old copy."""
+    parent = Path(output).parent
+    others = [name for name, head in releases_beside(output) if head.get("id") != info.ledger_id]
+    if others:
+        kept = parent.with_name(f"{parent.name}-before-ledger-{info.ledger_id[:8]}")
+        return Remedy(
+            command=f"if the approvers chartered this ledger to replace the one those releases "
+            f"were made with (docs/how-to/ledger-on-postgresql.md), keep them in a folder of "
+            f"their own, then run again: mv {shlex.quote(str(parent))} "
+            f"{shlex.quote(str(kept))}; if not, give the run their ledger (DAS_LEDGER_DIR or "
+            "DAS_LEDGER_URL; for the deployments, das deploy --ledger or --ledger-url)"
+        )
+    return Remedy(
+        command="restore the copy of this ledger that holds those entries and treat it as an "
+        f"incident; das ledger verify --ledger … --release {shlex.quote(str(parent))}/NAME "
+        "reports each release"
     )
-    return witness_problems(ledger, info, heads)

@@ -31,6 +31,7 @@ from collections.abc import Iterable, Mapping, Sequence
 from fractions import Fraction
 from typing import Any
 
+from das.listing import folded
 from das.privacy.limits import MAX_PASS_TOTAL
 from das.privacy.mechanisms import ZCDP, Budget, fraction_text
 from das.refusal import Remedy
@@ -330,7 +331,7 @@ class PrivacyLedger:
         if problems:
             raise LedgerRefused(
                 f"privacy ledger {self.location} fails its integrity check ("
-                + "; ".join(problems[:5])
+                + folded(problems, sep="; ")
                 + "). It was altered outside the pipeline; nothing can be spent against it "
                 "until it is restored (run `das ledger verify` for the whole report)"
             )
