@@ -59,6 +59,7 @@ def _attempt(command: list[str], run_root: Path, kill_after: str | None) -> dict
     """One ``das run``; killed (SIGKILL to its process group) once ``steps/<kill_after>.json``
     exists."""
     env = {key: value for key, value in os.environ.items() if key != "PREFECT_API_URL"}
+    env["DAS_LOCAL_API"] = "temporary"  # the run's own API, in its tree (not `das server`'s)
     started = time.time()
     process = subprocess.Popen(
         command, cwd=REPO, env=env, start_new_session=True,

@@ -158,7 +158,9 @@ def run_end_to_end(persons: int, api_url: str | None = None) -> dict[str, object
              "--persons", str(persons), "--seed", "2026"],
             check=True, capture_output=True, cwd=REPO,
         )  # fmt: skip
-        env = {**os.environ, **({"PREFECT_API_URL": api_url} if api_url else {})}
+        # without a server: the run's own temporary API, as measured (not `das server`'s)
+        env = {**os.environ, "DAS_LOCAL_API": "temporary",
+               **({"PREFECT_API_URL": api_url} if api_url else {})}  # fmt: skip
         with tempfile.TemporaryFile("w+") as stdout:
             child = subprocess.Popen(
                 [sys.executable, "-c", _END_TO_END, str(data / "config.json"), str(data),

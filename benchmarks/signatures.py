@@ -30,15 +30,26 @@ import uuid
 from fractions import Fraction
 from pathlib import Path
 
-from das.runs.certificate import certify, verify_release
-from das.runs.ledger import LedgerStore, PrivacyLedger, RunOpening
-from das.runs.ledger.approvals import APPROVAL_NAMESPACE, approval_statement
-from das.runs.ledger.charter import CHARTER_NAMESPACE, charter_statement
-from das.runs.ledger.ledger import ledger_ceilings
-from das.runs.ledger.run_signatures import RunSigner
-from das.runs.release import MANIFEST
-from das.signing import canonical_json, generate_key, public_key_of
-from das.signing.sshsig import sign
+from das.trust import (
+    APPROVAL_NAMESPACE,
+    MANIFEST,
+    LedgerStore,
+    PrivacyLedger,
+    RunOpening,
+    RunSigner,
+    approval_statement,
+    canonical_json,
+    certify,
+    public_key_of,
+    read_trust_root,
+    root_document,
+    sign,
+    verify_release,
+)
+
+# The chartered ledger the fast tests make (tests/certified.py): one way to make it.
+sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "tests"))
+from certified import make_chartered_ledger
 
 SEAL = "s" * 64
 US = {"US": Fraction("4.944")}
@@ -49,23 +60,7 @@ def _median(samples: list[float]) -> float:
 
 
 def _chartered(folder: Path, approvers: int) -> tuple[PrivacyLedger, list[Path], Path]:
-    keys = [folder / f"approver-{i}" for i in range(approvers)]
-    public = [generate_key(path, path.name) for path in keys]
-    run_key = folder / "run-key"
-    runner = generate_key(run_key, "run")
-    ledger_id = str(uuid.uuid4())
-    statement = charter_statement(
-        ledger_id=ledger_id, approvers=public, quorum=approvers, runners=[runner],
-        ceilings=ledger_ceilings(None), previous=None,
-    )  # fmt: skip
-    ledger = PrivacyLedger.initialize(
-        LedgerStore.in_directory(folder / "ledger"),
-        ledger_id=ledger_id,
-        charter=(statement, sign(canonical_json(statement), CHARTER_NAMESPACE, keys[0])),
-    )
-    digest = ledger.charter_chain().charters[0].digest
-    for key in keys[1:]:
-        ledger.sign_charter(digest, sign(canonical_json(statement), CHARTER_NAMESPACE, key))
+    ledger, keys, _, run_key = make_chartered_ledger(folder, approvers=approvers, quorum=approvers)
     return ledger, keys, run_key
 
 
@@ -108,7 +103,7 @@ def release_cost(megabytes: int, repeat: int) -> dict[str, float]:
     """Certify and verify a release of ``megabytes`` MB of tables, made under a real charter
     and a quorum-signed approval (so that the verifier checks everything it checks)."""
     from das.io.writers import file_sha256
-    from das.runs.release import AUDIT_FILE
+    from das.trust import AUDIT_FILE
 
     with tempfile.TemporaryDirectory() as scratch:
         folder = Path(scratch)
@@ -137,13 +132,15 @@ def release_cost(megabytes: int, repeat: int) -> dict[str, float]:
             "spend": [p.exact() for p in passes],
         }  # fmt: skip
         trusted = [public_key_of(key) for key in keys]
+        (folder / "trust-root.json").write_bytes(root_document(ledger.charter_chain().chain))
+        root = read_trust_root(folder / "trust-root.json")
         certifying, verifying = [], []
         for _ in range(repeat):
             started = time.perf_counter()
             certify(release, predicate, run_key, manifest)
             certifying.append(time.perf_counter() - started)
             started = time.perf_counter()
-            proven = verify_release(release, trusted)
+            proven = verify_release(release, trusted, root=root)
             verifying.append(time.perf_counter() - started)
             if not proven.proven:
                 raise SystemExit(f"the benchmark's release did not verify: {proven.problems}")

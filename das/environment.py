@@ -2,8 +2,8 @@
 needs it.
 
 The modules that read a variable keep their own constant (``PRODUCTION_ENV`` in
-:mod:`das.runs.policy`, ``RUN_KEY_ENV`` in :mod:`das.runs.run_key`...); this registry is where a
-reader finds them all. The documentation's page *Environment variables* is generated from it,
+:mod:`das.production`, ``RUN_KEY_ENV`` in :mod:`das.trust.run_keys`...); this registry is where
+a reader finds them all. The documentation's page *Environment variables* is generated from it,
 and ``tests/test_environment.py`` fails when the code uses a ``DAS_*`` name this registry does
 not list, or the registry lists one the code no longer uses.
 
@@ -114,6 +114,17 @@ VARIABLES: tuple[Variable, ...] = (
         secret_file=True,
     ),
     Variable(
+        "DAS_TRUST_ROOT",
+        "unset (no pin but `trust-root.json` beside the run key)",
+        "Path of the trust root the approvers published (`das ledger trust-root`): a run "
+        "refuses, before reading any record, a ledger whose charter chain in force does not "
+        "extend it (another ledger, one chartered by one approver, one cut back). The service "
+        "account pins it for good by putting the root as `trust-root.json` beside its run key "
+        "(`DAS_RUN_KEY`, resolved), which whoever edits a deployment's environment cannot "
+        "change; set this in the worker's own environment, not as a deployment variable.",
+        ("worker", "terminal"),
+    ),
+    Variable(
         "DAS_STATE_DIR",
         "${XDG_STATE_HOME:-~/.local/state}/das (deployments: <das_root>/state)",
         "The state root: each run's confidential state (sealed parameters, noise, spilled "
@@ -124,17 +135,12 @@ VARIABLES: tuple[Variable, ...] = (
     ),
     Variable(
         "DAS_APPROVAL_TIMEOUT_SECONDS",
-        "86400 (24 h)",
-        "How long a paused deployment run waits for a quorum of approvers' signatures before "
-        "it ends Refused (nothing drawn). Set it in the worker's environment: its flow runs "
-        "inherit it.",
-        ("worker",),
-    ),
-    Variable(
-        "DAS_APPROVAL_POLL_SECONDS",
-        "5",
-        "How often a paused deployment run asks the ledger whether a quorum signed (it "
-        "resumes by itself when one did). Set it in the worker's environment.",
+        "604800 (7 days)",
+        "How long the approval request a deployment run writes when it finds no approval stays "
+        "open (its expiry, at least 10 s, at most 90 days). The run waits without a process "
+        "(suspended); past the expiry with no quorum of signatures, the approvals sweep "
+        "resumes it and it ends Refused (nothing drawn). Set it in the worker's environment "
+        "(its flow runs inherit it) or a run's job variables.",
         ("worker",),
     ),
     # -- Prefect ---------------------------------------------------------------------------------
@@ -206,6 +212,24 @@ VARIABLES: tuple[Variable, ...] = (
         ("worker", "terminal"),
     ),
     Variable(
+        "DAS_LOCAL_API",
+        "unset (the local API of `das server`)",
+        "Where `das run` and `das demo` send their flow runs when no Prefect server is "
+        "configured (no `PREFECT_API_URL` in the environment or the Prefect profile): unset, "
+        "the local API that the first run starts in the background and later runs reuse "
+        "(`das server status`, `das server stop`); `temporary`, a temporary API per run, "
+        "stopped when it ends (20-40 s more per run).",
+        ("terminal", "tests"),
+    ),
+    Variable(
+        "DAS_LOCAL_API_DIR",
+        "${XDG_STATE_HOME:-~/.local/state}/das/local-api",
+        "The folder of the local Prefect API (`das server`): its record `server.json`, its "
+        "auth string `auth` (mode 0600), its log and its Prefect home with the SQLite "
+        "database. Only its owner can open it.",
+        ("terminal",),
+    ),
+    Variable(
         "DAS_TASK_RUNNER",
         "unset (Dask)",
         "`threads` runs a flow's tasks on Prefect's thread pool instead of Dask (tests and "
@@ -221,14 +245,15 @@ VARIABLES: tuple[Variable, ...] = (
     ),
     Variable(
         "DAS_TEST_WORKERS",
-        "2",
-        "pytest-xdist workers of the fast tier in `.ci/test` (the machine's cores).",
+        "1",
+        "pytest-xdist workers of the fast tier in `.ci/test` (one: the e2e scripts that run "
+        "alongside keep the other core busy).",
         ("tests",),
     ),
     Variable(
         "DAS_INTEGRATION_WORKERS",
-        "DAS_TEST_WORKERS + 1",
-        "pytest-xdist workers of the integration tier in `.ci/test`: one more than the cores, "
+        "3",
+        "pytest-xdist workers of the integration tier in `.ci/test`: more than the 2 cores, "
         "since its tests wait on servers and processes much of the time.",
         ("tests",),
     ),
@@ -308,7 +333,7 @@ VARIABLES: tuple[Variable, ...] = (
 RELATED: tuple[Variable, ...] = (
     Variable(
         "PREFECT_API_URL",
-        "unset (`das run` starts a temporary local Prefect API)",
+        "unset (`das run` uses the local Prefect API of `das server`, started on first use)",
         "The Prefect server's API, e.g. `http://127.0.0.1:4200/api`: `das run` reports to it "
         "and its tasks run on worker processes; `das deploy` registers there.",
         ("terminal", "worker", "dask worker", "approver"),
@@ -323,7 +348,8 @@ RELATED: tuple[Variable, ...] = (
     Variable(
         "PREFECT_SERVER_EPHEMERAL_STARTUP_TIMEOUT_SECONDS",
         "180 (set by every `das` command when unset)",
-        "How long the temporary local Prefect API of a `das run` may take to start.",
+        "How long the local Prefect API of a `das run` (`das server`, or the temporary one "
+        "of `DAS_LOCAL_API=temporary`) may take to start.",
         ("terminal",),
     ),
     Variable(

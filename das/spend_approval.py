@@ -3,9 +3,9 @@
 `das ledger approve` (and the local profile of `das deploy`) come here. The spend is computed
 from the same inputs a run reads: the sealed parameters (config, the spec files by name, the
 coterminous file) and the records (read once, to fingerprint them: the dataset's id in the
-ledger). The approver's statement (:mod:`das.runs.ledger.approvals`) is the open one another
+ledger). The approver's statement (:mod:`das.trust.ledger.approvals`) is the open one another
 approver started for the same spend, or a new one; the approver sees it — and what their own
-journal (:mod:`das.runs.approver_journal`) knows of these records and this ledger — before
+journal (:mod:`das.trust.journal`) knows of these records and this ledger — before
 their key signs it.
 """
 
@@ -16,12 +16,17 @@ from pathlib import Path
 from typing import Any
 
 from das.products import release_product
-from das.runs.ledger import Approval, PassSpend, PrivacyLedger
-from das.runs.ledger.approvals import APPROVAL_NAMESPACE, approval_statement
-from das.runs.ledger.identity import who
-from das.runs.policy import RunRefused
+from das.refusal import RunRefused
 from das.runs.seal import SealedParameters, seal_files
 from das.runs.start import check_inputs_regular
+from das.trust import (
+    APPROVAL_NAMESPACE,
+    Approval,
+    PassSpend,
+    PrivacyLedger,
+    approval_statement,
+    who,
+)
 
 
 def input_fingerprints(product: str, data: Path) -> tuple[str, dict[str, str]]:
@@ -139,8 +144,7 @@ def sign_proposal(ledger: PrivacyLedger, proposal: Proposal, key: Path | None) -
     private half is in ssh-agent) and record it: a signature added to the open statement, or
     the new statement with it. Without ``key`` (a ledger with no charter) the statement is
     recorded unsigned."""
-    from das.signing import canonical_json
-    from das.signing.sshsig import sign
+    from das.trust import canonical_json, sign
 
     if key is None:
         return ledger.record_approval(proposal.statement)

@@ -8,10 +8,18 @@ its first task with "No module named 'safetab_p'". Loaded through this file, eac
 its package module (``flows.safetab_p``), importable wherever the checkout is installed.
 """
 
+from flows.approval_sweep import approval_sweep_flow
 from flows.audit_privacy import audit_privacy_flow
 from flows.phsafe import phsafe_flow
 from flows.safetab_p import safetab_p_flow
 from flows.swap import swap_flow
 from flows.validate import validate_flow
 
-__all__ = ["audit_privacy_flow", "phsafe_flow", "safetab_p_flow", "swap_flow", "validate_flow"]
+__all__ = [
+    "approval_sweep_flow",
+    "audit_privacy_flow",
+    "phsafe_flow",
+    "safetab_p_flow",
+    "swap_flow",
+    "validate_flow",
+]

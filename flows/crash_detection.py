@@ -36,12 +36,17 @@ if TYPE_CHECKING:
 AUTOMATION_NAME = "das: crash runs that stop beating"
 # The flows whose runs the automation watches (their @flow names): other flows on the same
 # server keep Prefect's own heartbeat interval, which this window would misread as silence.
-DAS_FLOWS = ("safetab-p", "phsafe", "validate", "swap", "audit-privacy")
+DAS_FLOWS = ("safetab-p", "phsafe", "validate", "swap", "audit-privacy", "approval-sweep")
 HEARTBEAT = "prefect.flow-run.heartbeat"
-# The state names that end a run (events are named after the state's name, not its type):
-# Prefect's, the pipeline's Refused (a Cancelled state), and Cancelling (a cancel the worker or
-# Prefect's cancelling timeout completes; the server would refuse Crashed from it anyway).
-ENDING_STATES = ("Completed", "Failed", "TimedOut", "Crashed", "Cancelled", "Cancelling", "Refused")
+# The state names after which a run's process rightly stops beating (events are named after the
+# state's name, not its type): Prefect's ends, the pipeline's Refused (a Cancelled state),
+# Cancelling (a cancel the worker or Prefect's cancelling timeout completes; the server would
+# refuse Crashed from it anyway), and Suspended: a run waiting for its approvers holds no
+# process (tasks/approval.py); resumed, its new process beats again.
+ENDING_STATES = (
+    "Completed", "Failed", "TimedOut", "Crashed", "Cancelled", "Cancelling", "Refused",
+    "Suspended",
+)  # fmt: skip
 
 
 def crash_message(settings: Liveness) -> str:

@@ -32,7 +32,7 @@ from prefect import State, flow  # noqa: E402
 from das.phsafe.parameters import parse_parameters, run_inputs  # noqa: E402
 from das.postprocess.phsafe import estimates_diagnostics  # noqa: E402
 from das.privacy.accounting import summarize  # noqa: E402
-from das.runs.policy import RunRefused  # noqa: E402
+from das.refusal import RunRefused  # noqa: E402
 from das.runs.records import input_path  # noqa: E402
 from das.runs.start import RunInputs  # noqa: E402
 from flows.runner import task_runner_from_env  # noqa: E402

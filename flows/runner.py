@@ -16,6 +16,8 @@ from prefect.task_runners import TaskRunner, ThreadPoolTaskRunner  # noqa: E402
 from prefect_dask import DaskTaskRunner  # noqa: E402
 from prefect_dask.client import PrefectDaskClient  # noqa: E402
 
+from flows.sizing import IN_PROCESS_BELOW_BYTES, input_bytes  # noqa: E402, F401
+
 
 def inside_dask_worker() -> bool:
     """True in a task running on a Dask worker (a daemonic process: it may not start one)."""
@@ -88,10 +90,12 @@ def local_workers(default: int = 2) -> int:
     return int(value)
 
 
-def task_runner_from_env(workers: int | None = None) -> TaskRunner:
+def task_runner_from_env(workers: int | None = None, inputs: int | None = None) -> TaskRunner:
     """The Dask task runner (started with the flow run: :class:`EagerDaskTaskRunner`):
     ``DAS_DASK_ADDRESS`` when set, else a local cluster of ``workers`` worker processes
-    (default :func:`local_workers`: ``DAS_DASK_WORKERS``, else 2).
+    (default :func:`local_workers`: ``DAS_DASK_WORKERS``, else 2) — or of one in-process
+    worker with as many threads when ``inputs`` (the input files' bytes, when the caller
+    knows them) is under :data:`IN_PROCESS_BELOW_BYTES`.
 
     ``DAS_TASK_RUNNER=threads`` runs the tasks on Prefect's thread pool instead (tests and
     small runs: no cluster start-up, about 5 s less per run on the toy inputs).
@@ -108,7 +112,8 @@ def task_runner_from_env(workers: int | None = None) -> TaskRunner:
         return EagerDaskTaskRunner(address=address)
     if workers is None:
         workers = local_workers()
-    processes = bool(os.environ.get("PREFECT_API_URL"))
+    small = inputs is not None and inputs < IN_PROCESS_BELOW_BYTES
+    processes = bool(os.environ.get("PREFECT_API_URL")) and not small
     kwargs: dict[str, Any] = {
         "n_workers": workers if processes else 1,
         "threads_per_worker": 1 if processes else workers,

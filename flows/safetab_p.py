@@ -33,7 +33,7 @@ from prefect import State, flow  # noqa: E402
 from prefect.context import FlowRunContext  # noqa: E402
 
 from das.privacy.accounting import PrivacyAccountant, summarize  # noqa: E402
-from das.runs.policy import RunRefused  # noqa: E402
+from das.refusal import RunRefused  # noqa: E402
 from das.runs.records import input_path  # noqa: E402
 from das.runs.start import RunInputs  # noqa: E402
 from das.safetab_p.parameters import parse_parameters, run_inputs  # noqa: E402

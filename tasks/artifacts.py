@@ -33,9 +33,11 @@ ARTIFACTS: dict[str, str] = {
     "total, the time spent and left; it ends on where the release is.",
     "<product>-validation": "The run's validation verdict: VALID or NOT VALID, the counts of "
     "errors, warnings and checks, the failed checks by name, where the report is (no value).",
-    "<product>-approval": "A deployment run waiting for approval: the planned spend per pass "
-    "(earlier, this run, cumulative, ceiling), the statement to sign, who may sign, and how "
-    "(`das ledger approve --approval ID`, or `ssh-keygen -Y sign` and the Resume form).",
+    "<product>-approval": "A deployment run waiting for approval (suspended, no process): the "
+    "planned spend per pass (earlier, this run, cumulative, ceiling), the dataset and sealed "
+    "parameters, the count of signatures in the ledger (a new version whenever it changes), "
+    "the statement to sign, who may sign, and how (`das ledger approve --approval ID`, or "
+    "`ssh-keygen -Y sign` and the Resume form).",
     "<product>-privacy-<pass>": "One table per pass: every measurement with its budget, "
     "sensitivity Δ, σ² (or scale), MOE and whether it was drawn.",
     "<product>-privacy-totals": "The privacy spend per pass: unbounded, bounded (change one "

@@ -28,9 +28,9 @@ from prefect.context import FlowRunContext  # noqa: E402
 from prefect.settings import PREFECT_API_URL  # noqa: E402
 from prefect_dask import DaskTaskRunner  # noqa: E402
 
-from das.runs.ledger import PrivacyLedger  # noqa: E402
-from das.runs.policy import RunRefused  # noqa: E402
+from das.refusal import RunRefused  # noqa: E402
 from das.runs.shared_storage import SharedView  # noqa: E402
+from das.trust import PrivacyLedger  # noqa: E402
 
 WORKER_WAIT_SECONDS = 60.0
 API_TIMEOUT_SECONDS = 10.0

@@ -12,8 +12,8 @@ from typing import Any  # noqa: E402
 
 from prefect import get_run_logger  # noqa: E402
 
+from das.refusal import RunRefused  # noqa: E402
 from das.runs.audit import AuditRecorder  # noqa: E402
-from das.runs.policy import RunRefused  # noqa: E402
 from das.runs.records import InputUnreadable  # noqa: E402
 from das.runs.steps import RunSteps  # noqa: E402
 

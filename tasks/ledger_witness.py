@@ -28,7 +28,7 @@ from prefect.client.orchestration import get_client
 from prefect.client.schemas.filters import ArtifactFilter, ArtifactFilterKey
 from prefect.client.schemas.sorting import ArtifactSort
 
-from das.runs.ledger import LedgerInfo, LedgerRefused, PrivacyLedger, witness_problems
+from das.trust import LedgerInfo, LedgerRefused, PrivacyLedger, witness_problems
 
 KEY_PREFIX = "privacy-ledger"
 PAGE = 200  # heads read back per request
@@ -82,6 +82,9 @@ def _recorded(like: str) -> Iterator[dict[str, Any]]:
                 yield dict(row)
 
 
+SERVER_HEADS = ("head the Prefect server recorded", "heads the Prefect server recorded")
+
+
 def _head(row: Mapping[str, Any]) -> dict[str, Any]:
     return {"id": row["ledger"], "seq": row["entry"], "hash": row["hash"]}
 
@@ -94,7 +97,9 @@ def witnessed_problems(
     server that never saw this ledger vouches for nothing); the other ledgers the server saw
     at this location before; how many heads were checked."""
     rows = list(_recorded(f"{KEY_PREFIX}-%-{info.ledger_id.lower()}"))
-    problems = witness_problems(ledger, info, [("the Prefect server", _head(r)) for r in rows])
+    problems = witness_problems(
+        ledger, info, [(f"entry {r['entry']}", _head(r)) for r in rows], SERVER_HEADS
+    )
     if not rows:
         spent = [r.run_id for r in ledger.runs() if r.dataset is not None and r.run_id != run_id]
         if spent:

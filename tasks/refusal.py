@@ -1,7 +1,7 @@
 """The final state of a release run: a refusal is a state of its own, told apart from a failure
 at a glance and with no traceback; a release says where it is.
 
-A refusal (:class:`das.runs.policy.RunRefused`: the production policy, the privacy ledger, an
+A refusal (:class:`das.refusal.RunRefused`: the production policy, the privacy ledger, an
 approval missing, a run id bound elsewhere, a live run or a release in the output...) means
 *nothing was drawn* and the operator has a next step. The product flows end such a run in the
 state **Refused** — Prefect's *Cancelled* type, grey in the run list (red is a failure, orange
@@ -27,9 +27,9 @@ from prefect.client.schemas.objects import State  # noqa: E402
 from prefect.exceptions import CancelledRun  # noqa: E402
 from prefect.states import Cancelled, Completed  # noqa: E402
 
+from das.refusal import RunRefused  # noqa: E402
 from das.runs.audit import md_escape  # noqa: E402
-from das.runs.ledger import LedgerUnavailable, open_ledger  # noqa: E402
-from das.runs.policy import RunRefused  # noqa: E402
+from das.trust import LedgerUnavailable, open_ledger  # noqa: E402
 from tasks.artifacts import artifact_key  # noqa: E402
 from tasks.run_tags import REFUSED as REFUSED_TAG  # noqa: E402
 from tasks.run_tags import WAITING, retag  # noqa: E402
@@ -51,10 +51,14 @@ class _RefusalIsNotACrash(logging.Filter):
 
 
 logging.getLogger("prefect.flow_runs").addFilter(_RefusalIsNotACrash())
+# Where the run was started, and so in which terms its next step is put (Remedy.for_context).
 WHERE = {
-    "cli": "`das run` (a command-line flag)",
-    "deployment": "a deployment (a parameter of a custom run, or the ledger)",
-    "python": "a Python call of the flow (a keyword argument)",
+    "cli": "Started from `das run`: the next step is put as its command-line flags.",
+    "deployment": "Started from a deployment: the next step is put as a parameter of a new "
+    "custom run of it (its page: Run, then Custom run), or as a command that is the same "
+    "wherever a run starts (`das ledger ...`).",
+    "python": "Started from a Python call of the flow: the next step is put as its keyword "
+    "arguments.",
 }
 
 
@@ -83,7 +87,7 @@ def refusal_markdown(product: str, refusal: RunRefused, context: str, run_id: st
         "",
         md_escape(step),
         "",
-        f"*Started from {WHERE.get(context, context)}.*",
+        f"*{WHERE.get(context, f'Started from {context}.')}*",
         "",
     ])  # fmt: skip
 

@@ -23,16 +23,16 @@ from prefect import get_run_logger  # noqa: E402
 from prefect.artifacts import create_markdown_artifact  # noqa: E402
 
 from das.privacy.accounting import PrivacyAccountant  # noqa: E402
-from das.runs.ledger import Approval, LedgerInfo, PrivacyLedger  # noqa: E402
 from das.runs.lifecycle import ReleaseRun, RunHost, resolve_path  # noqa: E402
 from das.runs.lifecycle import release_run as engine_release_run  # noqa: E402
 from das.runs.progress import RunProgress  # noqa: E402
 from das.runs.start import Parse, RunInputs, RunRequest  # noqa: E402
+from das.trust import Approval, LedgerInfo, PrivacyLedger  # noqa: E402
 from tasks.artifacts import artifact_key, publish_audit_artifact, publish_privacy_artifacts  # noqa: E402
 from tasks.cluster import check_cluster_shares_run  # noqa: E402
 from tasks.ledger_witness import post_head, require_witnessed  # noqa: E402
 from tasks.progress import prefect_progress  # noqa: E402
-from tasks.run_tags import RESUMED, retag  # noqa: E402
+from tasks.run_tags import RESUMED, WAITING, retag  # noqa: E402
 
 __all__ = [
     "PrefectHost",
@@ -50,6 +50,14 @@ def flow_run_id() -> str | None:
     from prefect.runtime import flow_run
 
     return str(flow_run.id) if flow_run.id else None
+
+
+def waited_for_approvers() -> bool:
+    """Whether this flow run goes on after waiting for its approvers (it carries the tag the
+    wait set): its new attempt is no resume after a crash."""
+    from prefect.runtime import flow_run
+
+    return WAITING in (flow_run.tags or [])
 
 
 def started_by_deployment() -> bool:
@@ -97,14 +105,24 @@ class PrefectHost:
 
     def tag_attempt(self, attempt: int) -> None:
         """A resumed run carries ``attempt-N`` among its tags: the run list shows that this run
-        crashed or failed before and was resumed."""
-        if attempt >= 2:
+        crashed or failed before and was resumed. A run that goes on after waiting for its
+        approvers loses its ``awaiting-approval`` tag instead."""
+        if waited_for_approvers():  # it goes on after its approvers decided: no crash
+            retag(flow_run_id(), remove=[WAITING])
+        elif attempt >= 2:
             retag(flow_run_id(), add=[f"attempt-{attempt}", RESUMED])
 
     def await_approval(self, run: ReleaseRun, request: Approval) -> None:
         from tasks.approval import await_approval
 
         await_approval(run, request, flow_run_id())
+
+    def suspended(self, exc: BaseException) -> bool:
+        """Prefect's ``Pause``: the flow run suspended itself (it waits for its approvers) and
+        its process exits; not a failure."""
+        from prefect.exceptions import Pause
+
+        return isinstance(exc, Pause)
 
     def check_cluster(
         self, files: Mapping[str, Path], run_root: Path, ledger: PrivacyLedger

@@ -10,8 +10,7 @@ from pathlib import Path
 import pytest
 
 from das.cli import main as das_main
-from das.runs.ledger import LedgerStore, PrivacyLedger
-from das.signing import PublicKey, generate_key
+from das.trust import LedgerStore, PrivacyLedger, PublicKey, generate_key
 
 
 @dataclass
@@ -29,6 +28,15 @@ class Chartered:
     @property
     def ledger_id(self) -> str:
         return PrivacyLedger(LedgerStore.in_directory(self.ledger)).info().ledger_id
+
+    def trust_root(self) -> Path:
+        """The ledger's trust root, as its approvers publish it (`das ledger trust-root`),
+        written once beside the ledger."""
+        path = self.ledger.with_name(self.ledger.name + "-trust-root.json")
+        if not path.exists():
+            argv = ["ledger", "trust-root", "--ledger", str(self.ledger), "--output", str(path)]
+            assert das_main(argv) == 0
+        return path
 
     def approve(
         self,

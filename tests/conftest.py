@@ -46,6 +46,10 @@ from das.offline import configure_offline
 
 PREFECT_HOME = Path(tempfile.mkdtemp(prefix="das-test-prefect-"))
 configure_offline(prefect_home=PREFECT_HOME)
+# A `das run` of a test without a Prefect API starts a temporary one that ends with it, never
+# the local API of `das server`, which would outlive the test (tests/test_local_api.py starts
+# that one itself, in a temporary home, and stops it).
+os.environ.setdefault("DAS_LOCAL_API", "temporary")
 atexit.register(shutil.rmtree, PREFECT_HOME, ignore_errors=True)  # one per pytest process
 
 # One plugin module, hence one session-wide temporary Prefect server (a fixture imported into

@@ -132,7 +132,7 @@ def assert_rejected_before_noise(output: Path, run_id: str, samples: list[str]) 
     folder = RunFolder(output, run_id)
     assert list(folder.noise_dir.glob("*")) == [] and list(folder.accountants_dir.glob("*")) == []
     # The ledger returned the run's reservation: nothing counts as spent.
-    from das.runs.ledger import open_ledger
+    from das.trust import open_ledger
 
     state = open_ledger().ledger.run(run_id)
     assert state is not None and state.status == "released" and not state.draws

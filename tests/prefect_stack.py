@@ -285,15 +285,19 @@ class PrefectStack:
                 raise TimeoutError(f"the worker never reported the end of {flow_run_id}")
             time.sleep(1)
 
-    def resume_as_the_ui_does(self, flow_run_id: str, run_input: dict[str, Any]) -> None:
-        """The UI's *Resume* of a paused run, with the values typed into its input form."""
+    def resume_as_the_ui_does(
+        self, flow_run_id: str, run_input: dict[str, Any], expect: str = "ACCEPT"
+    ) -> dict[str, Any]:
+        """The UI's *Resume* of a paused run, with the values of its input form (the server
+        checks them against the form's schema: ``expect`` REJECT for values it refuses)."""
         response = self.request("POST", f"/flow_runs/{flow_run_id}/resume",
                                 {"run_input": run_input})  # fmt: skip
-        assert response["status"] == "ACCEPT", response
+        assert response["status"] == expect, response
+        return response
 
     def ledger(self) -> Any:
         """The privacy ledger the deployments use (a folder under the root, or PostgreSQL)."""
-        from das.runs.ledger import LedgerStore, PrivacyLedger, configured_store
+        from das.trust import LedgerStore, PrivacyLedger, configured_store
 
         store = configured_store(self.env) or LedgerStore.in_directory(self.root / "ledger")
         return PrivacyLedger(store)
@@ -446,10 +450,40 @@ def flow_process(stack: PrefectStack, flow_run_id: str) -> Any:
 
 
 def paused(stack: PrefectStack, flow_run_id: str, timeout: float = 600) -> dict[str, Any]:
-    """Wait until the run pauses for its spend approval; the run."""
+    """Wait until the run suspends for its spend approval; the run."""
     state = stack.wait(flow_run_id, {"PAUSED", *TERMINAL_STATES}, timeout=timeout)
     assert state == "PAUSED", (state, stack.log_tail("worker"))
     return stack.flow_run(flow_run_id)
+
+
+def sweep(stack: PrefectStack) -> list[str]:
+    """A run of the approvals sweep (its Quick Run, as its schedule makes one); its log lines."""
+    run = stack.trigger("approval-sweep/approval-sweep")
+    assert stack.wait(run, timeout=300) == "COMPLETED", stack.log_tail("worker")
+    body = {"logs": {"flow_run_id": {"any_": [run]}}, "sort": "TIMESTAMP_ASC"}
+    return [log["message"] for log in stack.request("POST", "/logs/filter", body)]
+
+
+def rejection(reason: str, name: str) -> dict[str, Any]:
+    """The *Resume* form's values for a rejection, as the UI sends them (every field)."""
+    return {"reject": True, "signature": "", "reason": reason, "name": name}
+
+
+@pytest.fixture(scope="session")
+def waiting_runs(prefect_stack: PrefectStack, first_runs: dict[str, str]) -> dict[str, str]:
+    """Two more PHSafe (US) releases, after the first spent the approval `das deploy --local`
+    signed, both suspended for their approvers: ``expiring`` (its request open 10 s:
+    ``DAS_APPROVAL_TIMEOUT_SECONDS``) and ``waiting``. They skip validation (production allows
+    it: the first release validated these records under this config). Their flow-run ids."""
+    stack = prefect_stack
+    runs = {
+        "expiring": stack.trigger("phsafe/phsafe-us", {"skip_validation": True},
+                                  {"env": {"DAS_APPROVAL_TIMEOUT_SECONDS": "10"}}),
+        "waiting": stack.trigger("phsafe/phsafe-us", {"skip_validation": True}),
+    }  # fmt: skip
+    for run in runs.values():
+        paused(stack, run)
+    return runs
 
 
 @pytest.fixture(scope="session")
@@ -461,9 +495,7 @@ def refused_run(prefect_stack: PrefectStack, first_runs: dict[str, str]) -> str:
     stack = prefect_stack
     rejected = stack.trigger("phsafe/phsafe-us")
     paused(stack, rejected)
-    stack.resume_as_the_ui_does(
-        rejected, {"decision": "reject", "name": "release manager", "reason": "not this week"}
-    )
+    stack.resume_as_the_ui_does(rejected, rejection("not this week", "release manager"))
     assert stack.wait(rejected) == "CANCELLED"
     return rejected
 

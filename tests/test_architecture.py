@@ -52,13 +52,18 @@ def test_the_code_keeps_every_contract() -> None:
         # the foundation reaching up to an interface
         ("das/privacy/noise.py", "import das.cli.run", "Layers"),
         # the engine importing Prefect
-        ("das/runs/ledger/spending.py", "import prefect", "The engine never imports Prefect"),
+        ("das/trust/ledger/spending.py", "import prefect", "The engine never imports Prefect"),
         # a flow importing the command line (the cycle this wave removed)
         ("flows/validate.py", "import das.cli.validate", "Layers"),
         # two rooms of one floor that must stay apart
         ("das/phsafe/tables.py", "import das.safetab_p.keys", "Layers"),
         # a cycle inside one package
-        ("das/runs/ledger/amounts.py", "import das.runs.ledger.spending", "No import cycle"),
+        ("das/trust/ledger/amounts.py", "import das.trust.ledger.spending", "No import cycle"),
+        # the run lifecycle, or a task, reaching past the trust core's face
+        ("das/runs/lifecycle.py", "import das.trust.ledger.store", "through its face"),
+        ("tasks/approval.py", "from das.trust.signing import sshsig", "through its face"),
+        # the trust core reaching into the run lifecycle
+        ("das/trust/verifier.py", "import das.runs.folder", "imports nothing of the run"),
     ],
 )
 def test_a_forbidden_import_breaks_a_contract(
@@ -74,3 +79,23 @@ def test_a_forbidden_import_breaks_a_contract(
     assert done.returncode != 0, f"{line} in {module} broke no contract"
     broken = done.stdout[done.stdout.index("Broken contracts") :]
     assert contract in broken, broken[:2000]
+
+
+def test_the_trust_face_imports_no_data_frame_nor_orchestration_library() -> None:
+    """``import das.trust`` is what every ledger and verify command pays first: pandas, pyarrow,
+    Prefect and Dask are loaded only where a function needs them (das.io's package imports
+    pandas, so the trust core imports its modules inside the functions that hash or write)."""
+    heavy = ("pandas", "pyarrow", "prefect", "distributed", "dask")
+    done = subprocess.run(
+        [
+            sys.executable,
+            "-c",
+            f"import sys, das.trust; print([m for m in {heavy!r} if m in sys.modules])",
+        ],
+        cwd=REPO,
+        capture_output=True,
+        text=True,
+        timeout=60,
+        check=False,
+    )
+    assert (done.returncode, done.stdout.strip()) == (0, "[]"), done.stderr[-2000:]

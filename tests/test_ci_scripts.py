@@ -202,6 +202,14 @@ def _ci_run_checkout(tmp_path: Path, python3: str) -> tuple[Path, Path, dict[str
     (bin_dir / "python3").chmod(0o755)
     (root / "requirements.lock").write_text("ruff==0.17.6 \\\n    --hash=sha256:00\n")
     (root / "requirements-uv.lock").write_text("")
+    # The README's test command, `make test`: the Makefile's install steps (the stand-in venv's
+    # pip and uv succeed), then .ci/test.
+    shutil.copy2(REPO / "Makefile", root / "Makefile")
+    for name in ("pyproject.toml", "setup.py"):
+        (root / name).write_text("")
+    for name in ("pip", "uv"):
+        (root / ".venv" / "bin" / name).write_text("#!/bin/sh\nexit 0\n")
+        (root / ".venv" / "bin" / name).chmod(0o755)
     started = tmp_path / "tests-started"
     (root / ".ci" / "test").write_text(f'echo $$ > "{started}"; sleep 120\n')
     env = {**os.environ, "TMPDIR": str(tmp), "PATH": f"{bin_dir}{os.pathsep}{os.environ['PATH']}"}

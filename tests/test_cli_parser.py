@@ -12,7 +12,7 @@ from pathlib import Path
 import pytest
 from test_cli_paths import COMMANDS
 
-from das.cli import COMMAND_MODULES, build_parser, command_module
+from das.cli import COMMAND_HELP, COMMAND_MODULES, build_parser, command_module, help_parser
 
 REPO = Path(__file__).resolve().parents[1]
 
@@ -55,3 +55,36 @@ def test_a_ledger_command_imports_no_engine() -> None:
         [sys.executable, "-c", code], capture_output=True, text=True, check=True, cwd=REPO
     )
     assert out.stdout.strip() == "[]"
+
+
+def test_the_help_list_is_what_the_modules_register() -> None:
+    """`das --help` shows :data:`COMMAND_HELP` without importing the modules: the same
+    commands, in the same order, with the same help lines as the whole parser."""
+    (commands,) = [a for a in build_parser()._actions if isinstance(a, argparse._SubParsersAction)]
+    assert {a.dest: a.help for a in commands._choices_actions} == COMMAND_HELP
+    assert [a.dest for a in commands._choices_actions] == list(COMMAND_HELP)
+    assert build_parser().format_help() == help_parser().format_help()
+
+
+@pytest.mark.integration  # a fresh interpreter: what `das --help` and `das run --help` import
+@pytest.mark.parametrize(
+    ("argv", "heavy"),
+    [
+        (["--help"], ("das.cli.", "numpy", "pandas", "prefect")),
+        (["bogus"], ("das.cli.", "numpy", "pandas", "prefect")),
+        (["run", "phsafe", "--help"], ("numpy", "pandas", "scipy", "prefect")),
+    ],
+)
+def test_help_imports_no_command_stack(argv: list[str], heavy: tuple[str, ...]) -> None:
+    code = (
+        "import sys, das.cli\n"
+        "try:\n"
+        f"    das.cli.main({argv!r})\n"
+        "except SystemExit:\n"
+        "    pass\n"
+        f"print(sorted(m for m in sys.modules if m.startswith({heavy!r})))"
+    )
+    out = subprocess.run(
+        [sys.executable, "-c", code], capture_output=True, text=True, check=True, cwd=REPO
+    )
+    assert out.stdout.strip().splitlines()[-1] == "[]"

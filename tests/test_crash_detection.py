@@ -65,6 +65,8 @@ def test_the_automation_watches_every_das_flow_and_ends_on_every_final_state() -
     assert trigger.after == {"prefect.flow-run.heartbeat"}
     assert "prefect.flow-run.heartbeat" in trigger.expect
     assert "prefect.flow-run.Paused" not in trigger.expect  # a paused process still beats
+    # a run waiting for its approvers is suspended: no process, no heartbeat, not a crash
+    assert "prefect.flow-run.Suspended" in trigger.expect
     (action,) = automation.actions
     assert action.state == "CRASHED" and not action.force  # the server keeps a finished run
     assert action.message.startswith("no heartbeat for 90 s") and "Retry" in action.message

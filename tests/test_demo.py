@@ -43,7 +43,7 @@ def test_the_budget_reports_are_what_the_command_prints(
 
 
 def test_the_demo_writes_its_guide_and_budget_reports(
-    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture
 ) -> None:
     """`das demo`'s own loop, with only the quick steps run for real (synth, budget report):
     the guide is written first, each budget report saved beside the printed one."""
@@ -68,6 +68,10 @@ def test_the_demo_writes_its_guide_and_budget_reports(
     for title, argv in demo_steps(output, persons=200, seed=5):  # every step, as run
         assert f"{title}: `das {shlex.join(argv)}`" in guide
     assert guide.count("**confidential**") == 4
+    # Each step's header is its command as it would be typed (`--note 'das demo'`, quoted).
+    headers = [line for line in capsys.readouterr().out.splitlines() if line.startswith("== ")]
+    assert [h.split(": das ", 1)[1] for h in headers] == [shlex.join(argv) for argv in ran]
+    assert any(header.endswith(" --note 'das demo'") for header in headers)
 
 
 def test_the_guide_survives_a_failed_step(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
@@ -76,3 +80,22 @@ def test_the_guide_survives_a_failed_step(tmp_path: Path, monkeypatch: pytest.Mo
     assert das(["demo", "--output", str(output), "--persons", "200"]) == 1
     assert "## The steps: the commands, in order" in (output / "README.md").read_text()
     assert not (output / "budget").exists()
+
+
+def test_the_demo_says_where_its_runs_are(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys
+) -> None:
+    """Its runs went to the local Prefect API (still up): the last lines say where, and how to
+    see and stop it."""
+    from das.cli import server as local_api
+
+    api = local_api.LocalApi(123, 41873, local_api.prefect_version(), 0.0)
+    monkeypatch.setattr(local_api, "_in_use", local_api.Found(api, "das:x", started=True))
+    monkeypatch.setenv("PREFECT_API_URL", api.url)
+    monkeypatch.setattr(  # the quick steps for real (the budget report reads their files)
+        "das.cli.main", lambda argv: das(argv) if argv[0] in ("synth", "budget") else 0
+    )
+    assert das(["demo", "--output", str(tmp_path / "demo"), "--persons", "200"]) == 0
+    out = capsys.readouterr().out
+    assert "its flow runs are on the local Prefect API at http://127.0.0.1:41873" in out
+    assert "`das server stop` stops it" in out

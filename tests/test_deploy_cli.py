@@ -71,7 +71,7 @@ def test_the_summary_prints_only_commands_that_authenticate(tmp_path: Path) -> N
     from das.heartbeats import Liveness
     from flows.crash_detection import Ensured
 
-    names = [("safetab-p/safetab-p-us-pr", True), ("validate/validate-safetab-p", False)]
+    names = [("safetab-p/safetab-p-us-pr", "inactive"), ("validate/validate-safetab-p", "")]
     ensured = Ensured("created", "id", 90)
     text = deploy.summary(names, ensured, Liveness(30, 90), tmp_path)
     commands = [line.strip() for line in text.splitlines() if line.startswith("  ") and

@@ -116,7 +116,12 @@ def test_only_the_chosen_products_are_checked(tmp_path: Path) -> None:
             (tmp_path / relative).unlink()
     assert layout_problems(tmp_path, safetab) == []
     assert layout_problems(tmp_path, PRODUCTS)
-    assert deployment_names(safetab) == ["safetab-p-us-pr", "validate-safetab-p", "privacy-audit"]
+    assert deployment_names(safetab) == [
+        "safetab-p-us-pr",
+        "validate-safetab-p",
+        "approval-sweep",
+        "privacy-audit",
+    ]
     assert select_products(None) == PRODUCTS
     for bad in (["safetab"], [""], ["safetab-p", "phsafe"]):
         with pytest.raises(ValueError, match="choose from safetab-p, phsafe-us"):
@@ -210,7 +215,13 @@ def test_a_complete_root_registers_the_products_chosen(
     assert das(argv) == deploy.EXIT_OK
     (register,) = [call for call in prefect_calls if call[0] == "deploy"]
     names = [register[i + 1] for i, arg in enumerate(register) if arg == "--name"]
-    assert names == ["safetab-p-us-pr", "validate-safetab-p", "swap-households", "privacy-audit"]
+    assert names == [
+        "safetab-p-us-pr",
+        "validate-safetab-p",
+        "swap-households",
+        "approval-sweep",
+        "privacy-audit",
+    ]
     assert "--all" not in register
     assert "not these (--products): phsafe-us, validate-phsafe-us" in capsys.readouterr().out
     assert ("variable", "set", "das_root", str(tmp_path)) in prefect_calls
@@ -329,5 +340,5 @@ def test_the_documentation_lists_the_deployments_das_deploy_registers() -> None:
             break
         cells = [re.sub(r"</?code>", "", cell).strip() for cell in line.strip("|").split(" | ")]
         rows.append((cells[0], cells[3]))
-    assert len(rows) == len(config["deployments"]) == 8
+    assert len(rows) == len(config["deployments"]) == 9
     assert sorted(rows) == sorted(expected)

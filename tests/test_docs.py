@@ -29,6 +29,7 @@ from das.cli import build_parser
 REPO = Path(__file__).resolve().parents[1]
 DOCS = REPO / "docs"
 HOOK = DOCS / "_hooks" / "reference.py"
+CHROMIUM = Path("/usr/bin/chromium")
 
 
 @pytest.fixture(scope="module")
@@ -113,7 +114,7 @@ def _python(*folders: str) -> str:
 
 
 def test_the_ledger_entry_kinds_are_the_ones_the_code_writes(reference: ModuleType) -> None:
-    from das.runs.ledger.state import ENTRY_KINDS
+    from das.trust import ENTRY_KINDS
 
     written = set(_KIND.findall(_python("das", "tasks", "flows")))
     assert written, "the pattern found no ledger append: it no longer matches the code"
@@ -277,6 +278,23 @@ def test_no_design_document_is_cited() -> None:
     assert re.findall(r"DESIGN(?:\.md)? §", code) == []
 
 
+def test_the_markdown_links_lead_to_files_that_exist(reference: ModuleType) -> None:
+    """Read as Markdown (a repository browser, an editor), every relative link of the pages
+    leads to a file: the generated reference pages keep a committed file in their place, which
+    says where the page is (it was a dead link), and is what the hook says it is."""
+    assert set(reference.READER_PAGES) == set(reference.PAGES)
+    for path in reference.PAGES:
+        assert (DOCS / path).read_text() == reference.reader_page(path), path
+    dead = [
+        f"{page.relative_to(REPO)}: {target}"
+        for page in DOCS.rglob("*.md")
+        for target in re.findall(r"\]\(([^)#\s]+\.md)(?:#[^)]*)?\)", page.read_text())
+        if not target.startswith(("http://", "https://"))
+        and not (page.parent / target).resolve().is_file()
+    ]
+    assert dead == []
+
+
 def test_the_readme_is_a_front_page() -> None:
     text = (REPO / "README.md").read_text()
     assert len(text.splitlines()) <= 160
@@ -307,6 +325,7 @@ def test_the_site_builds_strictly_and_serves_offline(tmp_path: Path) -> None:
     )  # fmt: skip
     assert built.returncode == 0, built.stdout[-3000:] + built.stderr[-3000:]
     assert built.stdout.strip().endswith((site / "index.html").as_uri())
+    assert "search needs the site served (das docs)" in built.stderr
     for page in ("reference/cli.html", "reference/environment.html", "reference/exit-codes.html",
                  "reference/ledger-entries.html", "explanation/threat-model.html"):  # fmt: skip
         assert (site / page).is_file(), page
@@ -340,6 +359,20 @@ def test_the_site_builds_strictly_and_serves_offline(tmp_path: Path) -> None:
     finally:
         served.terminate()
         served.wait(timeout=30)
+    # Opened from disk, a page says where search works instead of showing a box that never
+    # answers (a browser blocks the search's worker and index there).
+    if not CHROMIUM.is_file():
+        pytest.skip("Debian's chromium is not installed: the page from disk was not opened")
+    from playwright.sync_api import sync_playwright
+
+    with sync_playwright() as driver:
+        browser = driver.chromium.launch(executable_path=str(CHROMIUM),
+                                         args=["--no-sandbox", "--disable-gpu"])  # fmt: skip
+        page = browser.new_page()
+        page.goto((site / "reference" / "cli.html").as_uri())
+        assert page.inner_text(".das-file-note").startswith("Search: run das docs")
+        assert page.query_selector(".md-search") is None
+        browser.close()
 
 
 def test_the_hook_is_plain_python_ast() -> None:

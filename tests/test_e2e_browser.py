@@ -218,3 +218,68 @@ def test_the_run_list_tells_a_refused_run_from_a_crashed_one(
     page.get_by_text("Artifacts", exact=True).first.click()
     page.get_by_text("phsafe-refused").first.wait_for(timeout=30_000)
     page.screenshot(path=screenshots / "11-refused-run.png")
+
+
+def test_the_resume_form_shows_what_is_signed_and_cancel_withdraws_the_request(
+    prefect_stack: PrefectStack, waiting_runs: dict[str, str], page, screenshots: Path
+) -> None:
+    """A run waiting for its approvers (``waiting_runs``), as an approver meets it: *Resume*
+    opens a form whose text — the spend per pass, the dataset, the parameters, the live count
+    — shows above its fields; the reject switch changes with the mouse and the keyboard; no
+    field a decision needs says "(Optional)"; *Submit* without a signature is refused with the
+    reason and the run stays suspended. Then *Cancel*: Prefect cancels the suspended run at
+    once, and the approvals sweep withdraws its request, which no signature can then
+    authorize."""
+    from prefect_stack import sweep
+
+    from das.trust import canonical_json, sign
+
+    stack = prefect_stack
+    run = stack.flow_run(waiting_runs["waiting"])
+    _open(page, f"{stack.ui_url}/runs/flow-run/{run['id']}", run["name"])
+    page.get_by_text("awaiting-approval").first.wait_for(timeout=30_000)
+    page.screenshot(path=screenshots / "13-paused-for-approval.png")
+    page.get_by_role("button", name="Resume").first.click()
+    form = page.locator(".p-modal")
+    form.get_by_text("signatures so far").first.wait_for(timeout=30_000)
+    page.wait_for_timeout(500)  # the modal's transition
+    page.screenshot(path=screenshots / "15-resume-form.png")
+    text = form.inner_text()
+    assert "Privacy spend of phsafe" in text and "cumulative" in text and "Dataset" in text
+    assert "0 of 1 signatures so far" in text
+    # What is signed comes before the fields, and shows whole (no scrolling inside the text).
+    description = form.locator(".markdown-renderer").first
+    assert description.evaluate("e => e.scrollHeight <= e.clientHeight + 1")
+    box, field = description.bounding_box(), form.get_by_text("Reject this spend").bounding_box()
+    assert box["y"] + box["height"] <= field["y"]
+    assert text.count("(Optional)") == 1 and "Who rejects (recorded as typed) (Optional)" in text
+    switch = form.get_by_role("switch").first
+
+    def checked(value: str) -> None:  # the UI re-renders the switch after the event
+        switch.and_(page.locator(f"[aria-checked='{value}']")).wait_for(timeout=10_000)
+
+    checked("false")
+    switch.click()
+    checked("true")
+    switch.focus()
+    page.keyboard.press("Space")
+    checked("false")
+    form.get_by_role("button", name="Submit").click()
+    toast = page.get_by_text("does not match '-----BEGIN SSH SIGNATURE-----'").first
+    toast.wait_for(timeout=30_000)
+    page.screenshot(path=screenshots / "16-resume-without-signature.png")
+    assert stack.flow_run(run["id"])["state"]["name"] == "Suspended"
+    form.get_by_role("button", name="Close").click()
+
+    page.get_by_role("button", name="Cancel").first.click()
+    page.locator(".p-modal").get_by_role("button", name="Confirm").click()  # "Cancel Flow Run"
+    assert stack.wait(run["id"], timeout=120) == "CANCELLED"
+    assert stack.flow_run(run["id"])["state"]["name"] == "Cancelled"
+    sweep(stack)  # (or the sweep its schedule ran meanwhile)
+    ledger = stack.ledger()
+    request = next(a for a in ledger.approvals() if a["statement"].get("run_id") == run["id"])
+    assert request["rejection"]["withdrawn"]
+    keys = stack.root / "keys" / "local-approver"
+    late = sign(canonical_json(request["statement"]), "das-approval", keys)
+    with pytest.raises(Exception, match="withdrawn"):
+        ledger.sign_approval(request["approval_id"], late)

@@ -34,11 +34,12 @@ from prefect_stack import (
     paused,
     run_folder,
     start_worker,
+    sweep,
     write_secret,
 )
 
 from das.prefect_auth import basic_authorization
-from das.runs.ledger import LedgerStore, PrivacyLedger
+from das.trust import LedgerStore, PrivacyLedger, root_document
 
 pytestmark = [pytest.mark.e2e, pytest.mark.slow]
 
@@ -316,48 +317,64 @@ def test_a_second_release_waits_for_signatures_and_the_ledger_records_every_deci
     prefect_stack: PrefectStack, first_runs: dict[str, str], request: pytest.FixtureRequest
 ) -> None:
     """The first release of each product spent the approval `das deploy --local` signed. A
-    second one asks for an approval and pauses: the run's page shows the planned spend, the
-    statement to sign, who may sign and how. *Resume* with a typed decision and no signature
-    approves nothing (the run pauses again); a signature made with plain `ssh-keygen -Y sign`
-    and pasted into the form lets it draw; *Resume* with reject ends a run Refused, recorded
-    with who (as typed) and why (``refused_run``). The ledger then holds one completed run per
-    release and nothing spent by the refusal."""
+    second one asks for an approval and suspends: its flow process ends (nothing held while
+    people decide); the run's form shows the planned spend, and its artifact the statement to
+    sign, who may sign and how. *Resume* without a signature is refused by the server (the
+    run stays suspended); a signature made with plain `ssh-keygen -Y sign` and pasted into
+    the form resumes it: the worker runs it again, it reuses its steps and draws; *Resume*
+    with reject ends a run Refused, recorded with who (as typed) and why (``refused_run``).
+    The ledger then holds one completed run per release and nothing spent by the refusal."""
     import base64
 
     stack = prefect_stack
     approved = stack.trigger(SAFETAB)
+    process = flow_process(stack, approved)
+    assert processes_of(approved)  # (validating: what the helper finds while the run runs)
     # The refused run (the session's: made now, while this one starts, unless an earlier
     # test made it already).
     rejected = request.getfixturevalue("refused_run")
     run = paused(stack, approved)
-    assert run["state"]["name"] == "Paused"
+    assert run["state"]["name"] == "Suspended"
     assert "awaiting-approval" in run["tags"]  # the run list says who waits for an approver
+    # No process holds the run while it waits: the worker's slot is free.
+    with contextlib.suppress(psutil.NoSuchProcess):
+        process.wait(timeout=60)
+    deadline = time.monotonic() + 60
+    while processes_of(approved) and time.monotonic() < deadline:  # its Dask cluster's
+        time.sleep(1)
+    assert not processes_of(approved), [p.cmdline() for p in processes_of(approved)]
     keyset = run["state"]["state_details"]["run_input_keyset"]
     description = stack.request("GET", f"/flow_runs/{approved}/input/{keyset['description']}")
-    assert "**0 of 1**" in description and "ssh-keygen -Y sign -n das-approval" in description
-    assert "| US |" in description and "Who may sign" in description
+    assert "**0 of 1** signatures" in description and "| US |" in description
     waiting = artifact_keys(stack, approved)["safetab-p-approval"]
     assert "0 of 1" in waiting["description"]
+    page = waiting["data"]
+    assert "ssh-keygen -Y sign -n das-approval" in page and "Who may sign" in page
     # Its commands name the local profile's approver key (the one this ledger's charter names),
     # so that they work as printed on the one-machine path.
     local_key = str(stack.root / "keys" / "local-approver")
-    assert f"--key {local_key}`" in waiting["data"]
-    assert f"-f {local_key} statement.json" in description
-    # A typed decision is no approval: the run pauses again, nothing drawn.
-    stack.resume_as_the_ui_does(approved, {"decision": "approve", "name": "Chief Privacy Officer"})
-    run = paused(stack, approved)
-    assert run["state"]["name"] == "Paused"
+    assert f"--key {local_key}`" in page and f"-f {local_key} statement.json" in page
+    # A typed decision is no approval: the server refuses it, naming the missing signature,
+    # and the run stays suspended, nothing drawn.
+    refused = stack.resume_as_the_ui_does(
+        approved, {"reject": False, "signature": "", "reason": "", "name": "CPO"}, "REJECT"
+    )
+    assert "-----BEGIN SSH SIGNATURE-----" in refused["details"]["reason"]
+    assert stack.flow_run(approved)["state"]["name"] == "Suspended"
     # The approver signs the statement with OpenSSH alone and pastes the signature.
-    encoded = re.search(r"echo (\S+) \| base64 -d", description).group(1)
+    encoded = re.search(r"echo (\S+) \| base64 -d", page).group(1)
     statement = stack.root / "statement.json"
     statement.write_bytes(base64.b64decode(encoded))
     approver = stack.root / "keys" / "local-approver"
     subprocess.run(["ssh-keygen", "-q", "-Y", "sign", "-n", "das-approval", "-f", str(approver),
                     str(statement)], check=True, capture_output=True)  # fmt: skip
     signature = Path(str(statement) + ".sig").read_text()
-    stack.resume_as_the_ui_does(approved, {"decision": "approve", "signature": signature})
+    stack.resume_as_the_ui_does(
+        approved, {"reject": False, "signature": signature, "reason": "", "name": ""}
+    )
     assert stack.wait(approved) == "COMPLETED", stack.log_tail("worker")
-    assert "awaiting-approval" not in stack.flow_run(approved)["tags"]
+    tags = stack.flow_run(approved)["tags"]
+    assert "awaiting-approval" not in tags and "resumed" not in tags  # it did not crash
 
     assert stack.state(rejected) == "CANCELLED"
     final = stack.flow_run(rejected)["state"]
@@ -386,14 +403,52 @@ def test_a_second_release_waits_for_signatures_and_the_ledger_records_every_deci
     assert [p["prior"] for p in audit["privacy_ledger"]["passes"]] == [
         p["this_run"] for p in audit["privacy_ledger"]["passes"]
     ]  # the second release's earlier spend is the first one's
-    # Proven outside the enclave with the approver's public key alone.
-    trusted = stack.root / "trusted.pub"
-    trusted.write_text((stack.root / "keys" / "local-approver.pub").read_text())
+    # Proven outside the enclave with the trust root the approvers publish, and nothing else.
+    root = stack.root / "trust-root.json"
+    root.write_bytes(root_document(ledger.charter_chain().chain))
     done = subprocess.run([str(VENV_BIN / "das"), "release", "verify",
-                           str(release), "--trusted-keys", str(trusted)],
+                           str(release), "--trust-root", str(root)],
                           capture_output=True, text=True, env={"PATH": "/usr/bin:/bin"},
                           timeout=120)  # fmt: skip
     assert done.returncode == 0 and "PROVEN" in done.stdout, done.stdout + done.stderr
+
+
+def processes_of(flow_run_id: str) -> list[psutil.Process]:
+    """The live processes of a flow run on this host (the worker gives each its run's id in
+    PREFECT__FLOW_RUN_ID; a Dask worker it starts inherits it)."""
+    found = []
+    for process in psutil.process_iter():
+        with contextlib.suppress(psutil.Error):
+            ours = process.environ().get("PREFECT__FLOW_RUN_ID") == flow_run_id
+            if ours and process.status() != psutil.STATUS_ZOMBIE:
+                found.append(process)
+    return found
+
+
+def test_a_waiting_run_holds_no_process_and_ends_refused_past_its_expiry(
+    prefect_stack: PrefectStack, waiting_runs: dict[str, str]
+) -> None:
+    """Two runs wait for their approvers and no flow process of either is left on the worker
+    host. One's request expired (10 s): the approvals sweep resumes it, and it ends Refused
+    with its reason, its audit record written; the other, still open, is left waiting."""
+    stack = prefect_stack
+    for run in waiting_runs.values():
+        assert stack.flow_run(run)["state"]["name"] == "Suspended"
+        assert stack.flow_run(run)["infrastructure_pid"]  # a process ran it until it waited
+        # Its flow process, and the Dask cluster it started, end (a few seconds after the
+        # state changed: the cluster is closed first).
+        deadline = time.monotonic() + 60
+        while processes_of(run) and time.monotonic() < deadline:
+            time.sleep(1)
+        assert not processes_of(run), [p.cmdline() for p in processes_of(run)]
+    expiring = waiting_runs["expiring"]
+    sweep(stack)  # (or the sweep its schedule ran meanwhile)
+    assert stack.wait(expiring, timeout=300) == "CANCELLED", stack.log_tail("worker")
+    final = stack.flow_run(expiring)["state"]
+    assert final["name"] == "Refused" and "expired at" in final["message"], final
+    audit = json.loads((run_folder(stack.root, expiring) / "audit.json").read_text())
+    assert audit["status"] == "refused"
+    assert stack.flow_run(waiting_runs["waiting"])["state"]["name"] == "Suspended"
 
 
 def test_a_crashed_run_is_told_apart_from_a_refused_one(
@@ -576,7 +631,8 @@ def test_das_commands_need_the_servers_credentials(
 
 def test_das_run_reports_to_the_authenticated_server(prefect_stack: PrefectStack) -> None:
     """`das run` with PREFECT_API_URL set runs its flow against the server, authenticated by
-    the auth file (its Dask workers too: they report the task runs)."""
+    the auth file, and its tasks report to it (on in-process threads: these inputs are under
+    flows.sizing's 64 MiB; the deployment runs' Dask worker processes authenticate too)."""
     stack = prefect_stack
     folder = stack.root / "phsafe" / "pr"
     output = stack.base / "das-run" / "output"

@@ -119,3 +119,14 @@ def test_the_documentation_names_only_registered_variables():
         if name not in by_name() and name not in PREFIXES
     }
     assert not unknown, f"the documentation names variables the code does not know: {unknown}"
+
+
+def test_the_test_scripts_defaults_are_the_registry_s() -> None:
+    """A ``${NAME:-DEFAULT}`` of ``.ci/test`` is the default the registry (and so the generated
+    page) gives: the page said 2 and "DAS_TEST_WORKERS + 1" where .ci/test used 1 and 3.
+    (``.ci/e2e-prefect`` sets DAS_E2E_DATABASE to postgresql where pytest's default is sqlite,
+    as the registry says.)"""
+    script = (REPO / ".ci" / "test").read_text()
+    defaults = dict(re.findall(r"\$\{(DAS_[A-Z0-9_]+):-([^}]*)\}", script))
+    assert set(defaults) == {"DAS_TEST_WORKERS", "DAS_INTEGRATION_WORKERS"}
+    assert {name: by_name()[name].default for name in defaults} == defaults

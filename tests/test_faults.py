@@ -88,7 +88,7 @@ def test_the_faults_are_recognized_anywhere_in_the_chain() -> None:
     timed_out = RuntimeError("Timed out while attempting to connect to ephemeral Prefect API")
     assert explain(ExceptionGroup("x", [ValueError(), timed_out]), "r").kind == PREFECT
     assert explain(ValueError("a bad value"), "r") is None
-    from das.runs.ledger import LedgerUnavailable
+    from das.trust import LedgerUnavailable
 
     gone = LedgerUnavailable("privacy ledger postgresql://h/db cannot be read: connection refused")
     try:
@@ -137,9 +137,9 @@ def test_a_prefect_server_too_busy_to_answer(tmp_path: Path) -> None:
 
 @pytest.mark.slow
 def test_a_temporary_prefect_api_that_does_not_start_in_time(tmp_path: Path) -> None:
-    """Without PREFECT_API_URL `das run` starts a temporary API; on a machine too loaded to
-    start it within the timeout (here: none at all) the run says so and how to resume."""
-    env = {"PREFECT_SERVER_EPHEMERAL_STARTUP_TIMEOUT_SECONDS": "0"}
+    """With DAS_LOCAL_API=temporary `das run` starts a temporary API; on a machine too loaded
+    to start it within the timeout (here: none at all) the run says so and how to resume."""
+    env = {"PREFECT_SERVER_EPHEMERAL_STARTUP_TIMEOUT_SECONDS": "0", "DAS_LOCAL_API": "temporary"}
     done = _das(tmp_path, *_run_args(tmp_path / "out"), "--run-id", "slow", env=env)
     line = _one_line(done, "the Prefect API")
     assert "PREFECT_SERVER_EPHEMERAL_STARTUP_TIMEOUT_SECONDS" in line and "--run-id slow" in line

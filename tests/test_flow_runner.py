@@ -99,3 +99,29 @@ def test_a_runs_own_cluster_has_the_workers_the_operator_asks_for(
         monkeypatch.setenv("DAS_DASK_WORKERS", wrong)
         with pytest.raises(ValueError, match="DAS_DASK_WORKERS"):
             task_runner_from_env()
+
+
+def test_small_inputs_run_in_process_and_large_ones_on_worker_processes(
+    monkeypatch: pytest.MonkeyPatch, tmp_path
+) -> None:
+    """With a Prefect server, inputs under IN_PROCESS_BELOW_BYTES run on one in-process worker
+    with as many threads (no process pool for 100 k persons); larger ones, or a caller that
+    does not know the size (a deployment's flow), keep the worker processes. The same number
+    of task slots either way."""
+    from flows.runner import IN_PROCESS_BELOW_BYTES, input_bytes
+
+    for name in ("DAS_TASK_RUNNER", "DAS_DASK_ADDRESS", "DAS_DASK_WORKERS"):
+        monkeypatch.delenv(name, raising=False)
+    monkeypatch.setenv("PREFECT_API_URL", "http://127.0.0.1:1/api")
+    (tmp_path / "persons.csv").write_bytes(b"x" * 1000)
+    (tmp_path / "units.csv").write_bytes(b"y" * 24)
+    (tmp_path / "sub").mkdir()
+    (tmp_path / "sub" / "big.csv").write_bytes(b"z" * 5000)  # not an input of the folder
+    assert input_bytes(tmp_path) == 1024
+    small = task_runner_from_env(inputs=input_bytes(tmp_path)).cluster_kwargs
+    assert small["processes"] is False and (small["n_workers"], small["threads_per_worker"]) == (
+        1, 2)  # fmt: skip
+    for inputs in (IN_PROCESS_BELOW_BYTES, None):
+        large = task_runner_from_env(inputs=inputs).cluster_kwargs
+        assert large["processes"] is True and (large["n_workers"], large["threads_per_worker"]) == (
+            2, 1)  # fmt: skip

@@ -225,9 +225,12 @@ def test_conversion_errors_name_file_column_count_and_rows_not_values(tmp_path: 
         read_person_records(path)
     message = str(caught.value)
     assert str(path) in message
-    assert "column QAGE: 3 value(s) not an integer in 0..255; rows 2, 5, 7" in message
-    assert "column QRACE1: 1 value(s) not an integer in 1..9999 or Null; rows 9" in message
-    assert "column TABBLKST: 1 value(s) not an integer in 0..99; rows 10" in message
+    assert (
+        "column QAGE: 3 value(s) not an integer in 0..255; data rows 2, 5, 7 (the header "
+        in message
+    )
+    assert "column QRACE1: 1 value(s) not an integer in 1..9999 or Null; data row 9 (" in message
+    assert "column TABBLKST: 1 value(s) not an integer in 0..99; data row 10 (" in message
     for secret in ("2x7", "-31", "98765"):
         assert secret not in message
 
@@ -236,7 +239,8 @@ def test_more_than_five_failures_are_counted_and_truncated(tmp_path: Path) -> No
     lines = [person_line(qspan="Null") for _ in range(8)]  # QSPAN may not be Null
     path = write_persons(tmp_path / "p.txt", lines)
     with pytest.raises(
-        InputFormatError, match=r"QSPAN: 8 value\(s\) .* rows 1, 2, 3, 4, 5, \.\.\."
+        InputFormatError,
+        match=r"QSPAN: 8 value\(s\) .* data rows 1, 2, 3, 4, 5 and 3 more \(the header line",
     ):
         read_person_records(path)
 
@@ -245,7 +249,7 @@ def test_boolean_column_accepts_only_true_false(tmp_path: Path) -> None:
     line = person_line().replace("|True|", "|true|")
     path = write_persons(tmp_path / "p.txt", [person_line(), line])
     with pytest.raises(
-        InputFormatError, match=r"HOUSEHOLDER: 1 value\(s\) not True or False; rows 2"
+        InputFormatError, match=r"HOUSEHOLDER: 1 value\(s\) not True or False; data row 2 "
     ):
         read_person_records(path)
     assert read_raw(path, PERSON_RECORDS).loc[2, "HOUSEHOLDER"] == "true"  # raw keeps it
@@ -261,7 +265,10 @@ def test_wrong_field_count_reports_rows_without_the_rows_text(tmp_path: Path) ->
             reader()
         message = str(caught.value)
         assert "2 row(s) with the wrong number of fields" in message
-        assert "rows 3, 6" in message and "expected 17 fields, found 10" in message
+        assert (
+            "data rows 3, 6 (the header line is row 0)" in message
+            and "expected 17 fields, found 10" in message
+        )
         assert "5454" not in message and "3310" not in message
 
 
@@ -269,7 +276,7 @@ def test_wrong_field_count_rows_are_absolute_across_chunks(tmp_path: Path) -> No
     lines = [person_line() for _ in range(300)]
     lines[250] = "1|2|3"
     path = write_persons(tmp_path / "p.txt", lines)
-    with pytest.raises(InputFormatError, match=r"rows 251$"):
+    with pytest.raises(InputFormatError, match=r"data row 251 \(the header line is row 0\)$"):
         read_person_records(path, chunk_bytes=2000)
 
 

@@ -23,11 +23,12 @@ from das.specs.race_specs import SPEC_FILES
 
 
 @pytest.fixture(autouse=True)
-def no_ledger_setting(monkeypatch: pytest.MonkeyPatch) -> None:
-    """The next command's ledger comes from these when set: here it is found or a
-    placeholder."""
-    for name in ("DAS_LEDGER_DIR", "DAS_LEDGER_URL"):
+def no_ledger_setting(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
+    """The next command's ledger and run key come from these when set (the run key also from
+    the service account's home): here they are found or placeholders."""
+    for name in ("DAS_LEDGER_DIR", "DAS_LEDGER_URL", "DAS_RUN_KEY"):
         monkeypatch.delenv(name, raising=False)
+    monkeypatch.setenv("HOME", str(tmp_path / "home"))
 
 
 @pytest.fixture(scope="module")
@@ -83,6 +84,8 @@ def test_built_from_synth_output_it_passes_the_check_of_das_deploy(
     assert '[Puerto Rico: state_filter ["72"]]' in next(x for x in out if "phsafe/pr/config" in x)
     assert out[-1].startswith("  ") and f" deploy --root {root} --checkout " in out[-1]
     assert "--products" not in out[-1] and out[-1].split()[-2:] == ["--ledger", "LEDGER_DIR"]
+    assert " --run-key RUN_KEY " in out[-1]
+    assert any(line.startswith("Next (RUN_KEY: the service account's run key") for line in out)
     record = root / "safetab-p" / "input" / "person-records.txt"
     assert not os.path.samefile(record, sources["safetab-p"] / "person-records.txt")  # a copy
     # Run again: nothing to do, every file already in place; a changed source is refused.
@@ -176,6 +179,28 @@ def test_files_in_the_root_are_replaced_only_when_asked(
     assert not other.exists() and layout_problems(root, select_products(["safetab-p"])) == []
     # only SafeTab-P is in the root: the next command registers only it, with that ledger
     assert out.splitlines()[-1].endswith(f"--ledger {root}/ledger --products safetab-p")
+
+
+def test_the_next_command_names_the_run_key_and_the_ledger_of_the_tutorial(
+    tmp_path: Path, sources: dict[str, Path], capsys, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The production tutorial's `das deploy` takes --run-key (the service account's
+    ~/.das/run-key) and, on PostgreSQL, --ledger-url (DAS_LEDGER_URL): the command `das
+    layout` prints is that one, with nothing left to fill in."""
+    key = tmp_path / "home" / ".das" / "run-key"
+    key.parent.mkdir(parents=True)
+    key.write_text("a key")
+    url = "postgresql+psycopg://das_ledger@127.0.0.1:5433/das_ledger"
+    monkeypatch.setenv("DAS_LEDGER_URL", url)
+    monkeypatch.setenv("PREFECT_API_URL", "http://127.0.0.1:4200/api")  # as the tutorial sets it
+    root = tmp_path / "root"
+    assert das(["layout", "--root", str(root), "--safetab-p", str(sources["safetab-p"])]) == 0
+    out = capsys.readouterr().out.splitlines()
+    assert out[-2] == "Next:"
+    assert out[-1].endswith(f" --run-key {key} --ledger-url {url} --products safetab-p")
+    monkeypatch.setenv("DAS_RUN_KEY", "/srv/keys/run-key")  # named: it wins
+    assert das(["layout", "--root", str(root), "--safetab-p", str(sources["safetab-p"])]) == 0
+    assert " --run-key /srv/keys/run-key " in capsys.readouterr().out.splitlines()[-1]
 
 
 def test_a_dry_run_makes_nothing_and_a_failed_copy_leaves_no_partial_file(

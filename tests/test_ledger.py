@@ -1,4 +1,4 @@
-"""The privacy ledger alone (das/runs/ledger/): runs bound to their output, approvals, spend
+"""The privacy ledger alone (das/trust/ledger/): runs bound to their output, approvals, spend
 authorized per dataset, draws recorded, the hash chain and what breaks it, tried as a careless
 or hostile operator would. Every test runs on each store (:func:`ledger_store`)."""
 
@@ -12,8 +12,11 @@ from pathlib import Path
 
 import pytest
 
+from das.listing import folded
 from das.privacy.limits import MAX_PASS_TOTAL
-from das.runs.ledger import (
+from das.refusal import Remedy, RunRefused
+from das.trust import (
+    APPROVAL_NAMESPACE,
     ApprovalRequired,
     CeilingExceeded,
     CumulativeSpendRequired,
@@ -23,16 +26,17 @@ from das.runs.ledger import (
     PrivacyLedger,
     ReleaseDiffers,
     RunOpening,
+    RunSigner,
+    anchor_remedy,
+    approval_statement,
+    canonical_json,
     decimal_text,
+    generate_key,
     open_ledger,
     parse_total,
     release_anchor_problems,
+    sign,
 )
-from das.runs.ledger.approvals import APPROVAL_NAMESPACE, approval_statement
-from das.runs.ledger.run_signatures import RunSigner
-from das.runs.policy import Remedy, RunRefused
-from das.signing import canonical_json, generate_key
-from das.signing.sshsig import sign
 
 US = {"US": Fraction("4.944")}
 CONFIG = "c" * 64
@@ -77,8 +81,7 @@ def plain(store: LedgerStore) -> PrivacyLedger:
 def chartered(store: LedgerStore, tmp_path: Path, quorum: int = 1) -> PrivacyLedger:
     import uuid
 
-    from das.runs.ledger.charter import CHARTER_NAMESPACE, charter_statement
-    from das.runs.ledger.ledger import ledger_ceilings
+    from das.trust import CHARTER_NAMESPACE, charter_statement, ledger_ceilings
 
     approver = tmp_path / "keys" / "approver"
     approver.parent.mkdir(exist_ok=True)
@@ -528,6 +531,47 @@ def test_a_ledger_cut_back_to_before_a_release_is_refused_by_the_releases_anchor
     assert "was recorded in ledger" in problems[0]
 
 
+def test_releases_of_a_replaced_ledger_are_counted_and_the_next_step_keeps_them_apart(
+    tmp_path: Path,
+) -> None:
+    """A ledger that replaced another (moved to PostgreSQL): the releases beside the output
+    were made with the old one. The refusal counts them and names the first few, not each
+    (it ran to a thousand characters), and its next step is a command that, done as printed,
+    lets the next run start."""
+    import json
+    import shlex
+
+    old = PrivacyLedger.initialize(LedgerStore.in_directory(tmp_path / "old"))
+    releases = tmp_path / "the releases"  # a space: the printed command quotes it
+    for number in range(12):
+        (releases / f"r{number:02}").mkdir(parents=True)
+        (releases / f"r{number:02}" / "MANIFEST.json").write_text(
+            json.dumps({"run_id": f"r{number:02}", "ledger": old.info().head()})
+        )
+    new = PrivacyLedger.initialize(LedgerStore.in_directory(tmp_path / "new"))
+    output = releases / "next"
+    (problem,) = release_anchor_problems(new, new.info(), output)
+    assert problem == (
+        f"12 releases (r00, r01, r02 and 9 more) were recorded in ledger {old.info().ledger_id},"
+        f" not in this one ({new.info().ledger_id})"
+    )
+    step = anchor_remedy(new.info(), output).for_context("deployment")
+    assert step is not None and "docs/how-to/ledger-on-postgresql.md" in step
+    move = shlex.split(step.split(": mv ", 1)[1].split(";", 1)[0])
+    assert len(move) == 2 and Path(move[0]) == releases
+    Path(move[0]).rename(move[1])  # what `mv` does
+    assert release_anchor_problems(new, new.info(), output) == []
+    assert len(list(Path(move[1]).iterdir())) == 12
+
+
+def test_a_list_in_a_message_is_folded_to_the_first_few_and_a_count() -> None:
+    assert folded([]) == ""
+    assert folded(["a", "b", "c", "d"]) == "a, b, c, d"  # "1 more" would be no shorter
+    assert folded(list("abcdefg")) == "a, b, c and 4 more"
+    assert folded(list("abcdefg"), sep="; ") == "a; b; c; 4 more"
+    assert folded(list("abcdefg"), shown=1) == "a and 6 more"
+
+
 # --- concurrency ------------------------------------------------------------------------------
 
 
@@ -668,3 +712,32 @@ def test_a_refusal_and_its_next_step_read_as_two_sentences() -> None:
     closing = RunRefused("refused (a reason in brackets)", remedy).explained("cli")
     assert closing.startswith("refused (a reason in brackets). Next step: ")
     assert RunRefused("no step").explained("cli") == "no step"
+
+
+def test_a_withdrawn_request_can_no_longer_be_signed_or_spent_and_a_retry_asks_anew(
+    ledger: PrivacyLedger,
+) -> None:
+    """The request of a run cancelled while it waited for its approvers is withdrawn: a
+    signature that comes later is refused and authorizes nothing, the run's Retry does not
+    find it (it asks anew), and the ledger stays intact."""
+    data = ledger.dataset_id("f" * 64)
+    ledger.open_run(opening("a"))
+    passes, ceiling, chain, _ = ledger.plan_spend("safetab-p", data, SEAL, "zcdp", US)
+    statement = approval_statement(
+        ledger_id=ledger.info().ledger_id, charter=chain.in_force, product="safetab-p",
+        dataset=data, parameters={"digest": SEAL, "files": {}}, definition="zcdp",
+        passes=passes, ceiling=ceiling, note="test", requested_by="flow run a", run_id="a",
+    )  # fmt: skip
+    request = ledger.record_approval(statement)  # the waiting run's request: unsigned
+    assert ledger.approval_request("a") is not None
+    assert ledger.withdraw_approval(request.approval_id, "flow run a was cancelled", "das")
+    assert not ledger.withdraw_approval(request.approval_id, "again", "das")  # closed once
+    signature = sign(canonical_json(statement), APPROVAL_NAMESPACE, APPROVER[ledger.location])
+    with pytest.raises(LedgerRefused, match="was withdrawn"):
+        ledger.sign_approval(request.approval_id, signature)
+    assert ledger.approval_request("a") is None
+    with pytest.raises(ApprovalRequired):
+        authorize(ledger, "a", data, production=True)
+    (listed,) = ledger.approvals()
+    assert listed["rejection"]["withdrawn"] and listed["rejection"]["by"] == "das"
+    assert ledger.verify() == []

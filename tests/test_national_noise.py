@@ -226,7 +226,7 @@ def test_values_the_fast_path_must_not_accept_are_reported(
 ) -> None:
     path = tmp_path / "person-records.txt"
     path.write_text("\n".join([PERSON_HEADER, _person_line(), line, _person_line()]) + "\n")
-    with pytest.raises(InputFormatError, match=f"column {column}: 1 value.*rows 2"):
+    with pytest.raises(InputFormatError, match=f"column {column}: 1 value.*data row 2 "):
         read_table(path, PERSON_RECORDS)
 
 

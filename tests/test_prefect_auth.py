@@ -291,3 +291,10 @@ def test_server_start_names_the_login_page(args: list[str], environ: dict, addre
     assert ui_address(args, environ) == address
     hint = login_hint(address, ".venv/bin/das")
     assert f"{address}/login" in hint and "`.venv/bin/das ui-login | xclip" in hint
+    # Prefect's banner, printed below it, says otherwise: the hint says which part to keep.
+    assert hint.endswith(
+        "Prefect's own banner follows, written for a server without authentication: its "
+        "`prefect config set PREFECT_API_URL=…` is not needed (`das` reads PREFECT_API_URL from "
+        "the environment; the plain `prefect` has no auth string: use `.venv/bin/das prefect "
+        f"…`), and the dashboard to open is {address}/login, not the front page it names"
+    )

@@ -23,17 +23,6 @@ REPO = Path(__file__).resolve().parents[1]
 TIMEOUT = 1800
 
 
-# What both README commands install with: the lock, hash-checked, then the project without
-# fetching anything (its build backend is in the lock).
-LOCKED_INSTALL = (
-    "python3 -m venv .venv && "
-    ".venv/bin/pip install -q --no-deps --require-hashes -r requirements-uv.lock && "
-    ".venv/bin/uv pip install -q --python .venv/bin/python --no-deps --require-hashes "
-    "--compile-bytecode -r requirements.lock && "
-    ".venv/bin/uv pip install -q --python .venv/bin/python --no-deps --no-build-isolation -e . && "
-)
-
-
 def readme_commands(readme: Path) -> list[str]:
     """The lines of the first fenced ``bash`` block."""
     match = re.search(r"^```bash\n(.*?)^```", readme.read_text(encoding="utf-8"), re.M | re.S)
@@ -47,16 +36,36 @@ def readme_first_command(readme: Path) -> str:
 
 
 def test_readme_first_command_is_the_demo() -> None:
-    command = readme_first_command(REPO / "README.md")
-    assert command == LOCKED_INSTALL + ".venv/bin/das demo --output demo"
+    assert readme_first_command(REPO / "README.md") == "make demo"
 
 
 def test_readme_second_command_is_the_tests_and_ci_runs_it_verbatim() -> None:
     commands = readme_commands(REPO / "README.md")
-    assert len(commands) == 2, commands
-    assert commands[1] == LOCKED_INSTALL + "bash .ci/test"
-    ci = (REPO / ".ci" / "run").read_text(encoding="utf-8").splitlines()
-    assert commands[1] in ci
+    assert commands == ["make demo", "make test"], commands
+    ci = (REPO / ".ci" / "run").read_text(encoding="utf-8")
+    body = re.search(r"^readme_test_command\(\) \{[^\n]*\n(.*?)\n\}$", ci, re.M | re.S)
+    assert body, ".ci/run defines no readme_test_command()"
+    assert body.group(1) == commands[1]
+
+
+@pytest.mark.integration  # runs make
+def test_the_makefile_installs_the_lock_hash_checked() -> None:
+    """What both README commands install with: the lock, hash-checked, by uv (itself installed
+    by pip from its hash-checked lines), then the project without fetching anything (its build
+    backend is in the lock). `make -n` prints each step's recipe without running it."""
+    done = subprocess.run(["make", "-n", "-B", "install", "VENV=/nonexistent/v"], cwd=REPO,
+                          capture_output=True, text=True, check=True)  # fmt: skip
+    commands = [" ".join(c.split()) for c in re.findall(r" && \( (.*?) \) \|\| ", done.stdout)]
+    assert commands == [
+        "python3 -m venv /nonexistent/v && /nonexistent/v/bin/python -c 'import sys; "
+        "sys.exit(not (3, 11, 5) <= sys.version_info[:3] < (3, 12))'",
+        "/nonexistent/v/bin/pip install -q --disable-pip-version-check --no-deps --require-hashes "
+        "-r requirements-uv.lock",
+        "/nonexistent/v/bin/uv pip install -q --python /nonexistent/v/bin/python --no-deps "
+        "--require-hashes --compile-bytecode -r requirements.lock",
+        "/nonexistent/v/bin/uv pip install -q --python /nonexistent/v/bin/python --no-deps "
+        "--no-build-isolation -e .",
+    ], done.stdout
 
 
 @pytest.mark.slow
@@ -82,15 +91,23 @@ def test_readme_first_command_from_a_fresh_clone(tmp_path: Path) -> None:
         and not key.startswith("DAS_")
     }
     env["PREFECT_HOME"] = str(tmp_path / "prefect-home")
-    done = subprocess.run(
-        ["bash", "-c", command],
-        cwd=clone,
-        env=env,
-        capture_output=True,
-        text=True,
-        timeout=TIMEOUT,
-        check=False,
-    )
+    # The local Prefect API that the demo's first `das run` starts (and leaves up for later
+    # runs), in the test's folder, and stopped at the end.
+    env["DAS_LOCAL_API_DIR"] = str(tmp_path / "local-api")
+    try:
+        done = subprocess.run(
+            ["bash", "-c", command],
+            cwd=clone,
+            env=env,
+            capture_output=True,
+            text=True,
+            timeout=TIMEOUT,
+            check=False,
+        )
+    finally:
+        if (clone / ".venv" / "bin" / "das").exists():
+            subprocess.run([str(clone / ".venv" / "bin" / "das"), "server", "stop"], cwd=clone,
+                           env=env, capture_output=True, timeout=120, check=False)  # fmt: skip
     log = tmp_path / "readme-command.log"
     log.write_text(done.stdout + "\n--- stderr ---\n" + done.stderr)
     tail = "\n".join((done.stdout + done.stderr).splitlines()[-40:])
@@ -103,3 +120,7 @@ def test_readme_first_command_from_a_fresh_clone(tmp_path: Path) -> None:
     assert (demo / "release" / "safetab-p" / "t1" / "t1.txt").is_file()
     assert (demo / "release" / "phsafe" / "PH1_num" / "PH1_num.txt").is_file()
     assert "demo complete" in done.stdout
+    # both runs on the local API the first one started, none on a temporary one
+    output = done.stdout + done.stderr
+    assert output.count("starting the local Prefect API at http://127.0.0.1:") == 1
+    assert "Starting temporary server" not in output

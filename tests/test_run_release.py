@@ -13,21 +13,13 @@ import numpy as np
 import pytest
 
 from das.privacy.accounting import Measurement
+from das.production import production_mode
+from das.refusal import RunRefused
 from das.runs.folder import RunFolder
 from das.runs.noise_store import NoiseStore, seeded_streams
-from das.runs.policy import (
-    RunRefused,
-    check_release_policy,
-    privacy_markers,
-    production_mode,
-)
-from das.runs.release import (
-    LeaseLost,
-    OutputLock,
-    ReleaseStager,
-    new_lease,
-    read_manifest,
-)
+from das.runs.policy import check_release_policy, privacy_markers
+from das.runs.release import LeaseLost, OutputLock, ReleaseStager, new_lease
+from das.trust import read_manifest
 
 # --- lock, lease, noise store guard ---------------------------------------------------------
 

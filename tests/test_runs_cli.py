@@ -11,7 +11,7 @@ import pytest
 
 from das.cli import main as das_main
 from das.runs.cleanup import clean_runs
-from das.runs.ledger import LedgerStore, PrivacyLedger, RunOpening
+from das.trust import LedgerStore, PrivacyLedger, RunOpening
 
 REPO = Path(__file__).resolve().parents[1]
 TOY = REPO.parent / "shared" / "census_specs" / "safetab_p" / "toy"
@@ -103,3 +103,69 @@ def test_list_names_a_refused_run_refused(
     assert refused and "refused" in refused[0]["tags"]
     assert das_main(["runs", "list", "--limit", "50"]) == 0
     assert "Refused" in capsys.readouterr().out
+
+
+def test_clean_keeps_a_run_waiting_for_its_approvers_and_says_released_for_no_release(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """A suspended deployment run waiting for its approvers never drew, but it goes on from
+    its run folder: kept. The dry run's words: a returned reservation is no release."""
+    from das.trust import approval_statement
+
+    ledger = PrivacyLedger.initialize(LedgerStore.in_directory(tmp_path / "ledger"))
+    state = tmp_path / "state"
+    for run_id in ("waiting", "gone"):
+        _run_folder(state, run_id)
+        _open(ledger, run_id)
+    ledger.release_reservation("gone", "RunRefused")
+    data = ledger.dataset_id("f" * 64)
+    passes, ceiling, chain, _ = ledger.plan_spend("safetab-p", data, "s" * 64, "zcdp", US)
+    ledger.record_approval(approval_statement(
+        ledger_id=ledger.info().ledger_id, charter=chain.in_force, product="safetab-p",
+        dataset=data, parameters={"digest": "s" * 64, "files": {}}, definition="zcdp",
+        passes=passes, ceiling=ceiling, note="", requested_by="flow run waiting",
+        run_id="waiting",
+    ))  # fmt: skip
+    argv = ["runs", "clean", "--state", str(state), "--ledger", str(tmp_path / "ledger")]
+    assert das_main([*argv, "--dry-run"]) == 0
+    text = capsys.readouterr().out
+    assert "run waiting (waits for its approvers): kept" in text
+    assert "run gone (never drew, reservation returned): would remove" in text
+    assert "(released)" not in text
+    assert das_main(argv) == 0
+    assert (state / "runs/waiting/work/x.bin").exists()
+    assert not (state / "runs/gone/work").exists()
+
+
+def test_list_puts_what_needs_a_person_first_and_future_scheduled_runs_last() -> None:
+    """64 future scheduled runs no longer come before the run waiting for its approvers: the
+    order is waiting, crashed, refused, failed, under way, ended, future scheduled (soonest
+    first); a Refused run does not read like a Cancelled one; a cancelled run that carried
+    the waiting tag is not "waiting for approvers"."""
+    from das.cli.runs import listing_rank, state_label
+
+    def row(name: str, type_: str, start: str | None, tags=(), expected=None) -> dict:
+        return {"id": name, "state": name.split("-")[0], "type": type_, "tags": list(tags),
+                "start": start, "expected": expected}  # fmt: skip
+
+    now = "2026-12-07T12:00:00+00:00"
+    rows = [
+        *(
+            row(f"Scheduled-{i}", "SCHEDULED", None, expected=f"2026-12-08T{i:02d}:00:00+00:00")
+            for i in range(3)
+        ),
+        row("Completed", "COMPLETED", "2026-12-07T11:50:00+00:00"),
+        row("Cancelled", "CANCELLED", "2026-12-07T11:40:00+00:00", ["awaiting-approval"]),
+        row("Running", "RUNNING", "2026-12-07T11:30:00+00:00"),
+        row("Failed", "FAILED", "2026-12-07T11:20:00+00:00"),
+        row("Refused", "CANCELLED", "2026-12-07T11:10:00+00:00", ["refused"]),
+        row("Crashed", "CRASHED", "2026-12-07T11:00:00+00:00"),
+        row("Suspended", "PAUSED", "2026-12-01T10:00:00+00:00", ["awaiting-approval"]),
+    ]
+    order = [r["id"] for r in sorted(rows, key=lambda r: listing_rank(r, now))]
+    assert order == ["Suspended", "Crashed", "Refused", "Failed", "Running", "Completed",
+                     "Cancelled", "Scheduled-0", "Scheduled-1", "Scheduled-2"]  # fmt: skip
+    labels = {r["id"]: state_label(r) for r in rows}
+    assert labels["Suspended"] == "Suspended (waiting for approvers)"
+    assert labels["Cancelled"] == "Cancelled (by a person)"
+    assert labels["Refused"] == "Refused (nothing drawn)"

@@ -23,10 +23,7 @@ from chartered import Chartered, key_pair, make_chartered
 
 from das.cli import main as das_main
 from das.runs.folder import state_root
-from das.runs.ledger import LedgerStore, PrivacyLedger
-from das.runs.ledger.approvals import APPROVAL_NAMESPACE
-from das.signing import canonical_json
-from das.signing.sshsig import sign
+from das.trust import APPROVAL_NAMESPACE, LedgerStore, PrivacyLedger, canonical_json, sign
 
 REPO = Path(__file__).resolve().parents[1]
 TOY = REPO.parent / "shared" / "census_specs" / "safetab_p" / "toy"
@@ -66,9 +63,14 @@ def _run(config: Path, data: Path, output: Path, *extra: str) -> int:
     return das_main([*argv, str(output), *extra])
 
 
-def _verify(release: Path, keys: Path, capsys: pytest.CaptureFixture[str]) -> tuple[int, str]:
+def _verify(
+    release: Path, production: Chartered, capsys: pytest.CaptureFixture[str]
+) -> tuple[int, str]:
+    """`das release verify` with the production ledger's trust root and approvers' keys."""
+    root = production.trust_root()
     capsys.readouterr()
-    code = das_main(["release", "verify", str(release), "--trusted-keys", str(keys)])
+    code = das_main(["release", "verify", str(release), "--trust-root", str(root),
+                     "--trusted-keys", str(production.public)])  # fmt: skip
     return code, capsys.readouterr().out
 
 
@@ -83,16 +85,55 @@ def production(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Chartered:
 
 
 def test_a_quorum_signed_release_is_proven_with_public_keys_only(
-    tmp_path: Path, production: Chartered, capsys: pytest.CaptureFixture[str]
-) -> None:
+    tmp_path: Path, production: Chartered, capsys: pytest.CaptureFixture[str],
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:  # fmt: skip
+    """Proven by `das release verify --trust-root` and by the standard-tools procedure of
+    docs/how-to/verify-a-release.md (tests/outsider.py); not proven without the root. The run
+    was pinned to that root (DAS_TRUST_ROOT) and went on."""
+    from outsider import outsider_check
+
     config, data = _params(tmp_path), _data(tmp_path)
     production.approve(config, data)
+    monkeypatch.setenv("DAS_TRUST_ROOT", str(production.trust_root()))
     out = tmp_path / "out"
     assert _run(config, data, out) == 0
     assert (out / "CERTIFICATE.intoto.json").is_file()
-    code, text = _verify(out, production.public, capsys)
+    code, text = _verify(out, production, capsys)
     assert code == 0, text
     assert "PROVEN" in text and "signed by 2 of the 2 approvers" in text
+    proven, printed = outsider_check(production.trust_root(), out)
+    assert proven, printed
+    assert das_main(["release", "verify", str(out), "--trusted-keys", str(production.public)]) == 1
+    assert "no trust root" in capsys.readouterr().out
+
+
+def test_a_run_pinned_to_the_agencys_root_refuses_a_ledger_one_approver_chartered(
+    tmp_path: Path, production: Chartered, monkeypatch: pytest.MonkeyPatch,
+    capsys: pytest.CaptureFixture[str],
+) -> None:  # fmt: skip
+    """Issue 38, finding 2 on the pipeline's side: `das ledger init --quorum 1 --key alice
+    --new-history` makes a ledger in force at once; a run pinned to the published root refuses
+    it before reading any record."""
+    config, data = _params(tmp_path), _data(tmp_path)
+    root = production.trust_root()
+    own = tmp_path / "own"
+    assert das_main(["ledger", "init", "--ledger", str(own), "--approvers", str(production.public),
+                     "--quorum", "1", "--key", str(production.approvers[0]),
+                     "--new-history"]) == 0  # fmt: skip
+    assert das_main(["ledger", "approve", "--ledger", str(own), "--product", "safetab-p",
+                     "--config", str(config), "--data", str(data), "--key",
+                     str(production.approvers[0]), "--new-history"]) == 0  # fmt: skip
+    own_id = PrivacyLedger(LedgerStore.in_directory(own)).info().ledger_id
+    monkeypatch.setenv("DAS_LEDGER_DIR", str(own))
+    monkeypatch.setenv("DAS_LEDGER_ID", own_id)
+    monkeypatch.setenv("DAS_TRUST_ROOT", str(root))
+    capsys.readouterr()
+    assert _run(config, data, tmp_path / "out") == 2
+    assert "does not extend the trust root" in capsys.readouterr().err
+    assert not (tmp_path / "out").exists()
+    ledger = PrivacyLedger(LedgerStore.in_directory(own))
+    assert not [e for e in ledger.entries() if e.kind == "spend-authorized"]
 
 
 def test_one_signature_of_a_quorum_of_two_spends_nothing(
@@ -181,7 +222,7 @@ def test_2_a_second_ledger_needs_the_approvers_and_they_are_told(
     monkeypatch.setenv("DAS_LEDGER_DIR", str(own))
     again = tmp_path / "elsewhere" / "again"  # not beside the first ledger's release
     assert _run(config, data, again) == 0
-    code, text = _verify(again, production.public, capsys)
+    code, text = _verify(again, production, capsys)
     assert code == 1 and "no charter" in text
 
 
@@ -264,7 +305,7 @@ def test_6_verify_release_fails_on_a_file_the_manifest_does_not_list(
     assert das_main(["ledger", "verify", "--ledger", str(production.ledger), "--no-prefect",
                      "--release", str(out)]) == 1  # fmt: skip
     assert "person-records.txt" in capsys.readouterr().out
-    code, text = _verify(out, production.public, capsys)
+    code, text = _verify(out, production, capsys)
     assert code == 1 and "person-records.txt is in the release but not certified" in text
 
 
@@ -327,9 +368,8 @@ def test_a_held_budget_names_its_holder_and_release_returns_an_undrawn_one(
 
     statement = propose(ledger, "safetab-p", config, data).statement
     dataset = statement["dataset"]
-    from das.runs.ledger import RunOpening
-    from das.runs.ledger.run_signatures import RunSigner
     from das.spend_approval import sealed_spend
+    from das.trust import RunOpening, RunSigner
 
     sealed, plan = sealed_spend("safetab-p", config, data, None)
     opening = RunOpening("held-1", "safetab-p", str(tmp_path / "x"), "c", sealed.digest,
@@ -504,17 +544,21 @@ def test_two_different_releases_under_one_approval_fail_together_and_a_pin_fails
     _recertify(second, production.run_key)  # as the forked ledger's run would sign it
     copy = tmp_path / "c" / "out"
     shutil.copytree(first, copy)
-    code, text = _verify(second, production.public, capsys)
+    code, text = _verify(second, production, capsys)
     assert code == 0, text  # alone, it proves
     capsys.readouterr()
-    argv = ["release", "verify", str(first), str(second), "--trusted-keys", str(production.public)]
+    root = ["--trust-root", str(production.trust_root())]
+    argv = ["release", "verify", str(first), str(second), *root]
     assert das_main(argv) == 1
     assert "spent by another release with other content" in capsys.readouterr().out
-    argv = ["release", "verify", str(first), str(copy), "--trusted-keys", str(production.public)]
+    argv = ["release", "verify", str(first), str(copy), *root]
     assert das_main(argv) == 0
     capsys.readouterr()
+    other = "00000000-0000-0000-0000-000000000000"
+    assert das_main([*argv, "--ledger-id", other]) == 2  # it contradicts the root: usage
+    assert "is not the ledger of any --trust-root" in capsys.readouterr().err
     assert das_main([*argv[:3], "--trusted-keys", str(production.public), "--ledger-id",
-                     "00000000-0000-0000-0000-000000000000"]) == 1  # fmt: skip
+                     other]) == 1  # fmt: skip
     assert "not in the published production ledger" in capsys.readouterr().out
 
 
@@ -523,7 +567,7 @@ def _recertify(release: Path, run_key: Path) -> None:
     import base64
 
     from das.io.writers import file_sha256
-    from das.runs.certificate import certify
+    from das.trust import certify
 
     envelope = json.loads((release / "CERTIFICATE.intoto.json").read_text())
     predicate = json.loads(base64.b64decode(envelope["payload"]))["predicate"]
@@ -545,6 +589,6 @@ def test_verify_refuses_what_was_added_to_a_release_folder(
     assert _run(config, data, out) == 0
     (out / "0001-persons").mkdir()  # a folder named after a record
     os.mkfifo(out / "pipe")
-    code, text = _verify(out, production.public, capsys)
+    code, text = _verify(out, production, capsys)
     assert code == 1 and "0001-persons/ is a folder no certified file is in" in text
     assert "pipe is not a regular file" in text

@@ -153,7 +153,11 @@ def test_cli_errors_name_the_problem_not_the_values(
     base = ["--data", str(data), "--swap", SWAP, "--rate", "0.1", "--output", str(tmp_path / "o")]
     code, _, stderr = _run_cli(capsys, *base, "--match", MATCH)
     assert code == 1
-    assert "no geo.csv row" in stderr and "match no unit" in stderr and "rows 4" in stderr
+    assert (
+        "no geo.csv row" in stderr
+        and "match no unit" in stderr
+        and "data row 4 (the header line is row 0)" in stderr
+    )
     assert "999999999" not in stderr and "1000000" not in stderr
     assert not (tmp_path / "o").exists()
     write_unit_folder(data, n=20)
@@ -167,7 +171,10 @@ def test_duplicate_mafid_is_refused(tmp_path: Path) -> None:
     data = write_unit_folder(tmp_path / "in", n=10)
     units = pd.read_csv(data / "units.csv", dtype=str)
     pd.concat([units, units.iloc[[2]]]).to_csv(data / "units.csv", index=False)
-    with pytest.raises(InputFormatError, match=r"repeats in 1 row\(s\) \(rows 11\)"):
+    with pytest.raises(
+        InputFormatError,
+        match=r"repeats in 1 row\(s\) \(data row 11 \(the header line is row 0\)\)",
+    ):
         read_unit_data(data)
 
 

@@ -74,3 +74,20 @@ def test_production_specs_command(census_specs: Path, tmp_path: Path) -> None:
     )
     persons = read_person_records(out / "person-records.txt")
     assert 72 in set(persons.TABBLKST.unique())
+
+
+def test_an_output_it_cannot_make_is_one_line(
+    tmp_path: Path, capsys, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A parent folder it may not write in says so in one line, not in a traceback (a newcomer
+    met PermissionError's). As root no permission stops it: the refusal is the OS's, stood in."""
+    import das.io.atomic
+
+    def refused(path, mode=0o777):
+        raise PermissionError(13, "Permission denied", str(path))
+
+    monkeypatch.setattr(das.io.atomic.os, "mkdir", refused)
+    code = main(["synth", "safetab-p", "--output", str(tmp_path / "out"), "--persons", "50"])
+    assert code == 1
+    err = capsys.readouterr().err
+    assert err.startswith("das synth: error: [Errno 13] Permission denied") and err.count("\n") == 1

@@ -221,7 +221,7 @@ def test_cli_exit_codes_files_and_private_values(inputs, tmp_path, capsys) -> No
     assert main([*arguments, "--data", str(inputs), "--report", str(report_dir)]) == 1
     out = capsys.readouterr().out
     assert "NOT VALID" in out and "expect_column_values_to_match_regex" in out
-    assert "rows 9" in out
+    assert "data row 9 (the header line is row 0)" in out
     assert "Zq9x" not in out
     assert "Zq9x" not in (report_dir / "validation.log").read_text()
     assert "Zq9x" in (report_dir / "report.json").read_text()  # the curator's local report
@@ -273,3 +273,38 @@ def test_data_docs_templates_compile_once_per_process(inputs, tmp_path, monkeypa
     assert len(pages) >= 7  # the index and a page per suite
     for page in pages:
         assert _page_text(second / page) == _page_text(first / page), page
+
+
+@pytest.mark.slow
+@pytest.mark.integration  # the prewarmed GX process
+def test_the_prewarmed_process_gives_the_same_verdicts_and_data_docs(
+    inputs, tmp_path, caplog
+) -> None:
+    """`das run` imports GX in a process of its own ahead of time (gx_runner.prewarm): the
+    same report and the same Data Docs pages as in this process, failures included."""
+    from das.validation import gx_runner
+
+    set_field(inputs / "person-records.txt", 5, "QSEX", "0")
+    set_field(inputs / "GRF-C.txt", 3, "PLACEFP", "1234")
+    here = validate_safetab_p(inputs / "config.json", inputs, tmp_path / "here")
+    gx_runner.prewarm()
+    worker = gx_runner._prewarmed
+    assert worker is not None and worker.process.poll() is None
+    there = validate_safetab_p(inputs / "config.json", inputs, tmp_path / "there")
+    assert gx_runner._prewarmed is None and worker.process.returncode == 0  # used, once
+    # its answer, not the fallback in this process (which logs a warning)
+    assert "prewarmed Great Expectations process failed" not in caplog.text
+
+    def verdicts(report) -> list:
+        return [(s.file, s.gx_success, s.gx_failed_expectations, s.gx_rows) for s in report.files]
+
+    assert verdicts(there) == verdicts(here) and not there.ok
+    assert [(f.check, f.column, f.rows, f.values) for f in there.failures] == [
+        (f.check, f.column, f.rows, f.values) for f in here.failures
+    ]
+
+    def pages(root: Path) -> list[str]:
+        docs = root / "data_docs"
+        return sorted(p.relative_to(docs).parts[0] for p in docs.rglob("*.html"))
+
+    assert pages(tmp_path / "there") == pages(tmp_path / "here") and pages(tmp_path / "here")

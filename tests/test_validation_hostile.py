@@ -106,7 +106,9 @@ def test_an_invalid_byte_is_reported_at_its_row(inputs: Path, tmp_path: Path) ->
     lines[5] = lines[5].replace(b"|", b"|\xff", 1)  # record row 5 (line 0 is the header)
     people.write_bytes(b"\n".join(lines))
     failure = _failure(_validate(inputs, tmp_path), "file_readable")
-    assert "invalid UTF-8 data" in failure.message and failure.message.endswith("in row 5")
+    assert "invalid UTF-8 data" in failure.message and failure.message.endswith(
+        "in data row 5 (the header line is row 0)"
+    )
 
 
 def test_a_huge_bad_value_is_cut_to_a_prefix_in_every_report(inputs: Path, tmp_path: Path) -> None:

@@ -426,7 +426,9 @@ def test_report_files_are_always_written(inputs, tmp_path) -> None:
     assert (entry["rows"], entry["values"], entry["count"]) == ([2], ["9"], 1)
     assert "QSEX" in (folder / "report.html").read_text()
     log = (folder / "validation.log").read_text()
-    assert "expect_column_values_to_be_in_set: 1 failing; rows 2" in log
+    assert (
+        "expect_column_values_to_be_in_set: 1 failing; data row 2 (the header line is row 0)" in log
+    )
     assert report.to_dict()["errors"] == 1
 
 

@@ -6,8 +6,9 @@ project's wheel, installed with no index and no network.
 Slow (a minute or two): marked ``e2e``, run by ``.ci/e2e-wheel`` (from ``.ci/test``, the
 README's test command). Builds the wheel of this working tree (from a copy of it: nothing is
 written into the checkout), downloads the lock's files into a wheelhouse (PyPI, or pip's
-cache), installs them and the wheel into one fresh virtualenv as install-offline.md does (pip
-installs uv, uv the rest, ``--offline --no-index``, a new uv cache), pip's configuration
+cache), installs them and the wheel into one fresh virtualenv as install-offline.md does (``make
+WHEELHOUSE=…``'s steps: pip installs uv, uv the rest, ``--offline --no-index``, a new uv
+cache), pip's configuration
 ignored and any network access sent to a closed port,
 checks that the environment is exactly the lock, then runs `das --help`, `das synth`, `das
 validate` (relative paths) and `das budget report` from directories that are not the checkout,
@@ -157,29 +158,19 @@ def offline(wheel: Path, tmp_path_factory: pytest.TempPathFactory) -> Path:
     )  # fmt: skip
     shutil.copy2(wheel, wheelhouse)
     assert len(list(wheelhouse.glob("*.whl"))) == len(locked_versions()) + 1
-    # Inside: no index, no network, nothing but the wheelhouse (install-offline.md): pip
-    # installs the installer, uv, which installs the lock, then the wheel. uv's cache is a new
-    # folder, as on a machine that never had one.
+    # Inside: no index, no network, nothing but the wheelhouse (install-offline.md): the
+    # Makefile's install steps with WHEELHOUSE, up to the lock (pip installs the installer, uv,
+    # which installs the lock), then uv installs the wheel where the checkout would go. uv's
+    # cache is a new folder, as on a machine that never had one.
+    for name in ("Makefile", "requirements.lock", "requirements-uv.lock"):
+        shutil.copy2(REPO / name, root / name)
     venv = root / "venv"
-    _run([sys.executable, "-m", "venv", str(venv)], cwd=root)
     python = str(venv / "bin" / "python")
     offline = OFFLINE_ENV | {"UV_CACHE_DIR": str(root / "uv-cache")}
-    _run(
-        [python, "-m", "pip", "install", "-q", "--no-cache-dir", "--no-index", "--find-links",
-         str(wheelhouse), "--only-binary", ":all:", "--no-deps", "--require-hashes", "-r",
-         str(LOCK.with_name("requirements-uv.lock"))],
-        cwd=root,
-        env=offline,
-    )  # fmt: skip
+    make = ["make", f"PYTHON={sys.executable}", "VENV=venv", "WHEELHOUSE=wheelhouse"]
+    _run([*make, "venv/.das-lock"], cwd=root, timeout=INSTALL_TIMEOUT, env=offline)
     uv = [str(venv / "bin" / "uv"), "pip", "install", "-q", "--python", python, "--offline",
           "--no-index", "--no-deps"]  # fmt: skip
-    _run(
-        [*uv, "--find-links", str(wheelhouse), "--require-hashes", "--compile-bytecode", "-r",
-         str(LOCK)],
-        cwd=root,
-        timeout=INSTALL_TIMEOUT,
-        env=offline,
-    )  # fmt: skip
     _run([*uv, str(wheelhouse / wheel.name)], cwd=root, env=offline)
     return venv
 

@@ -194,7 +194,7 @@ def _demo(args: argparse.Namespace) -> int:
     args.output.mkdir(parents=True)
     (args.output / "README.md").write_text(demo_guide(args.output, steps), encoding="utf-8")
     for title, argv in steps:
-        print(f"\n== {title}: das {' '.join(argv)}", flush=True)
+        print(f"\n== {title}: {_command(argv)}", flush=True)  # as it would be typed
         code = main(argv)
         if code == 0 and argv[:2] == ["budget", "report"]:
             config = Path(argv[argv.index("--config") + 1])
@@ -205,4 +205,11 @@ def _demo(args: argparse.Namespace) -> int:
             return code
     print(f"\ndemo complete under {args.output}/ (its README.md says what is where): inputs, "
           "validation and budget reports, the ledger, releases")  # fmt: skip
+    from das.cli import server as local_api
+
+    used = local_api.in_use()
+    if used is not None:  # what its runs reported to, still up for the next ones
+        print(f"its flow runs are on the local Prefect API at http://127.0.0.1:{used.api.port}, "
+              "which stays up for later runs (`das server status` says how to log in to its UI; "
+              "`das server stop` stops it)")  # fmt: skip
     return 0

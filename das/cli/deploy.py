@@ -70,7 +70,7 @@ from das.heartbeats import Liveness, liveness
 from das.prefect_auth import CLIENT_AUTH, basic_authorization, server_accepts
 
 if TYPE_CHECKING:
-    from das.runs.ledger import LedgerStore
+    from das.trust import LedgerStore
     from flows.crash_detection import Ensured
 
 EXIT_OK, EXIT_FAILED, EXIT_USAGE = 0, 1, 2
@@ -273,7 +273,7 @@ def local_keys(root: Path) -> tuple[Path, Path]:
     """The local profile's approver key and its run key, under ``<root>/keys`` (created once,
     0600): on one account, for trying the production path, never for production — where the
     approvers' keys are their own and the run key the service account's."""
-    from das.signing import generate_key
+    from das.trust import generate_key
 
     keys = root / "keys"
     keys.mkdir(parents=True, exist_ok=True, mode=0o700)
@@ -288,8 +288,8 @@ def local_keys(root: Path) -> tuple[Path, Path]:
 def ledger_id(store: LedgerStore, local: bool, root: Path | None = None) -> str:
     """The id of the initialized ledger in ``store``; the local profile creates it, chartered
     with its local approver key (quorum 1) and run key. :class:`LedgerNotReady` otherwise."""
-    from das.runs.ledger import PrivacyLedger
-    from das.runs.policy import RunRefused
+    from das.refusal import RunRefused
+    from das.trust import PrivacyLedger
 
     try:
         blank = store.file_state() == "absent" or (
@@ -298,10 +298,12 @@ def ledger_id(store: LedgerStore, local: bool, root: Path | None = None) -> str:
         if local and blank and root is not None:
             info = create_local_ledger(store, root)
             approver = root / "keys" / "local-approver"
+            where = f"--ledger {store.path.parent}" if store.path else '--url "$DAS_LEDGER_URL"'
             print(f"das deploy: created the local privacy ledger {info.ledger_id} at "
                   f"{info.location}, chartered with the local approver key (quorum 1): "
-                  f"approvals are signed with --key {approver}, releases verified with "
-                  f"--trusted-keys {approver}.pub", flush=True)  # fmt: skip
+                  f"approvals are signed with --key {approver}; its trust root, which "
+                  f"releases are verified against: das ledger trust-root {where} --output "
+                  "trust-root.json", flush=True)  # fmt: skip
             return info.ledger_id
         return PrivacyLedger(store).require_intact().ledger_id
     except RunRefused as exc:
@@ -315,11 +317,15 @@ def create_local_ledger(store: LedgerStore, root: Path) -> Any:
     """A chartered ledger for the local profile (see :func:`local_keys`)."""
     import uuid
 
-    from das.runs.ledger import PrivacyLedger
-    from das.runs.ledger.charter import CHARTER_NAMESPACE, charter_statement
-    from das.runs.ledger.ledger import ledger_ceilings
-    from das.signing import canonical_json, public_key_of
-    from das.signing.sshsig import sign
+    from das.trust import (
+        CHARTER_NAMESPACE,
+        PrivacyLedger,
+        canonical_json,
+        charter_statement,
+        ledger_ceilings,
+        public_key_of,
+        sign,
+    )
 
     approver, runner = local_keys(root)
     ledger_id = str(uuid.uuid4())
@@ -339,8 +345,8 @@ def approve_local_releases(root: Path, store: LedgerStore) -> None:
     """One approval per release deployment of the local profile, signed by the local approver
     key, unless one is open: the first run of each spends without a pause; a second pauses for
     the approvers' signatures in the UI."""
-    from das.runs.ledger import PrivacyLedger
     from das.spend_approval import propose, sealed_spend, sign_proposal
+    from das.trust import PrivacyLedger
 
     ledger = PrivacyLedger(store)
     approver, _ = local_keys(root)
@@ -364,13 +370,12 @@ def ledger_values(args: argparse.Namespace, root: Path | None) -> tuple[LedgerSt
     """The ledger the options (or, for the local profile, its default or the environment's
     DAS_LEDGER_URL) name, and the Prefect variables that tell the deployments; None when
     none is named (the variables on the server stay)."""
-    from das.runs.ledger import LedgerStore, configured_store
-    from das.runs.ledger.location import LEDGER_PASSWORD_FILE_ENV
+    from das.trust import LEDGER_PASSWORD_FILE_ENV, LedgerStore, configured_store
 
     secret = os.environ.get(LEDGER_PASSWORD_FILE_ENV, "")
     url = args.ledger_url or (os.environ.get("DAS_LEDGER_URL") if args.local else None)
     if args.ledger_url:
-        from das.runs.ledger.location import url_without_password
+        from das.trust import url_without_password
 
         url_without_password(args.ledger_url, "--ledger-url")
     if url:
@@ -431,7 +436,7 @@ def deploy_command(args: argparse.Namespace) -> int:
         paths = {
             "das_checkout": checkout, "das_root": root, "das_run_key": local_keys(root)[1],
         }  # fmt: skip
-    from das.runs.policy import RunRefused
+    from das.refusal import RunRefused
 
     try:
         ledger = ledger_values(args, root)
@@ -545,9 +550,9 @@ def watch_for_crashes(settings: Liveness) -> Ensured:
         return ensure_crash_automation(client, settings, update=True)
 
 
-def registered_deployments(names: Sequence[str]) -> list[tuple[str, bool]]:
-    """``(flow/deployment, has a schedule)`` of the deployments ``names`` in the work pool, as
-    the server now holds them, in the order of ``names``."""
+def registered_deployments(names: Sequence[str]) -> list[tuple[str, str]]:
+    """``(flow/deployment, its schedules: "active", "inactive" or "")`` of the deployments
+    ``names`` in the work pool, as the server now holds them, in the order of ``names``."""
     from prefect.client.orchestration import get_client
     from prefect.client.schemas.filters import WorkPoolFilter, WorkPoolFilterName
 
@@ -555,13 +560,19 @@ def registered_deployments(names: Sequence[str]) -> list[tuple[str, bool]]:
     with get_client(sync_client=True) as client:
         deployments = client.read_deployments(work_pool_filter=pool)
         flows = {flow.id: flow.name for flow in client.read_flows(work_pool_filter=pool)}
-    found = {d.name: (f"{flows.get(d.flow_id, '?')}/{d.name}", bool(d.schedules))
-             for d in deployments}  # fmt: skip
+    found = {
+        d.name: (
+            f"{flows.get(d.flow_id, '?')}/{d.name}",
+            "" if not d.schedules else
+            "active" if any(s.active for s in d.schedules) else "inactive",
+        )
+        for d in deployments
+    }  # fmt: skip
     return [found[name] for name in names if name in found]
 
 
 def summary(
-    names: Sequence[tuple[str, bool]], ensured: Ensured, settings: Liveness, checkout: Path
+    names: Sequence[tuple[str, str]], ensured: Ensured, settings: Liveness, checkout: Path
 ) -> str:
     """What was registered and the next commands, each one that works as printed against the
     authenticated server (``das prefect``, which reads DAS_PREFECT_AUTH_FILE)."""
@@ -570,8 +581,8 @@ def summary(
     das = das_command(checkout)
     width = max((len(name) for name, _ in names), default=0)
     lines = [f"das deploy: registered {len(names)} deployment(s) in work pool {WORK_POOL}:"]
-    lines += [f"  {name:<{width}}  {'schedule registered inactive' if scheduled else ''}".rstrip()
-              for name, scheduled in names]  # fmt: skip
+    lines += [f"  {name:<{width}}  {f'schedule registered {scheduled}' if scheduled else ''}"
+              .rstrip() for name, scheduled in names]  # fmt: skip
     lines += [
         f'das deploy: crash detection: automation "{AUTOMATION_NAME}" {ensured.outcome}: a run '
         f"that sends no heartbeat for {settings.crash_after_seconds} s (one every "

@@ -84,8 +84,9 @@ def checkout_root() -> Path | None:
     return None
 
 
-# Deployments that read nothing under the root (synthetic inputs only): always registered.
-INPUT_FREE_DEPLOYMENTS = ("privacy-audit",)
+# Deployments that read nothing under the root (synthetic inputs, the ledger's approvals):
+# always registered.
+INPUT_FREE_DEPLOYMENTS = ("approval-sweep", "privacy-audit")
 PRODUCT_NAMES = tuple(product.name for product in PRODUCTS)
 
 

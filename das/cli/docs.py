@@ -7,7 +7,8 @@ configuration, or the code the reference pages are generated from — is newer t
 (``--rebuild`` forces it). Then it is served on 127.0.0.1 on a free port (``--port`` to choose)
 until Ctrl-C, and opened in the browser (``--no-browser``: only the address is printed).
 ``--no-serve`` builds and prints the ``file://`` address of the front page, which a browser opens
-from disk (the pages link as ``page.html``; only the search box needs the server).
+from disk (the pages link as ``page.html``); a browser blocks the search box there, which the
+command and the pages' header say: search needs the site served.
 
 Exit codes: 0 served until stopped, or built (``--no-serve``); 1 the build failed; 2 no
 checkout with ``mkdocs.yml`` was found, MkDocs is not installed, or the port is in use.
@@ -35,6 +36,11 @@ SOURCES = (
     "mkdocs.yml", "docs", "das", "flows", "tasks", "deploy", "expectations", "pyproject.toml",
 )  # fmt: skip
 SKIPPED = {"__pycache__", "screenshots"}
+# What a page opened from disk lacks (its header says so too: docs/javascripts/file-protocol.js).
+NO_SEARCH_FROM_DISK = (
+    "the pages read from disk, but a browser blocks their search box there: search needs the "
+    "site served (das docs)"
+)
 
 
 def register(subparsers: argparse._SubParsersAction) -> None:
@@ -118,6 +124,7 @@ def _docs(args: argparse.Namespace) -> int:
         return EXIT_FAILED
     index = site / "index.html"
     if args.no_serve:
+        print(f"das docs: {NO_SEARCH_FROM_DISK}", file=sys.stderr)
         print(index.as_uri())
         return EXIT_OK
     handler = functools.partial(_QuietHandler, directory=str(site))

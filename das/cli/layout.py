@@ -404,15 +404,32 @@ def _das_command() -> str:
         return shlex.quote(str(absolute))
 
 
+# Where the production tutorial has the service account keep its run key (`das deploy
+# --run-key`): the next command names it when it is there and DAS_RUN_KEY is not set.
+SERVICE_RUN_KEY = Path("~/.das/run-key")
+
+
 def next_command(root: Path, ready: Sequence[Product]) -> tuple[str, list[str]]:
     """The `das deploy` line for ``root``, and what it needs (its placeholders, settings)."""
-    from das.runs.policy import LEDGER_ENV, LEDGER_URL_ENV
+    from das.trust import LEDGER_ENV, LEDGER_URL_ENV, RUN_KEY_ENV
 
     parts = [_das_command(), "deploy", "--root", shlex.quote(str(root))]
     checkout = checkout_root()
     if checkout is not None:
         parts += ["--checkout", shlex.quote(str(checkout))]
     notes = []
+    run_key = os.environ.get(RUN_KEY_ENV) or (
+        str(SERVICE_RUN_KEY.expanduser()) if SERVICE_RUN_KEY.expanduser().is_file() else None
+    )
+    if run_key:
+        parts += ["--run-key", shlex.quote(run_key)]
+    else:
+        parts += ["--run-key", "RUN_KEY"]
+        notes.append(
+            "RUN_KEY: the service account's run key on the worker hosts, e.g. "
+            f"{SERVICE_RUN_KEY} (ssh-keygen -t ed25519 -N '' -f {SERVICE_RUN_KEY}); the ledger's "
+            "charter names its public half"
+        )
     if os.environ.get(LEDGER_URL_ENV):
         parts += ["--ledger-url", shlex.quote(os.environ[LEDGER_URL_ENV])]
     elif os.environ.get(LEDGER_ENV):

@@ -11,6 +11,7 @@
   das ledger release  --run-id ID --reason TEXT
   das ledger show     [--output OUT] [--dataset ID] [--json]
   das ledger verify   [--release OUT ...] [--no-prefect] [--json]
+  das ledger trust-root --output FILE
 
 The ledger is ``--ledger DIR`` (a folder holding ``ledger.sqlite``), ``--url`` (a SQLAlchemy
 URL, e.g. PostgreSQL; its password from DAS_LEDGER_PASSWORD_FILE), else ``DAS_LEDGER_URL`` /
@@ -27,7 +28,10 @@ private key file, or its ``.pub`` when the private half is in ssh-agent. Before 
 owner is shown the statement and what their own journal knows (a second ledger, records
 approved elsewhere, approvals this ledger no longer holds); such findings need
 ``--new-history``. ``verify`` checks the chain, the charters, the Prefect server's witnessed
-heads, and each ``--release`` against the ledger.
+heads, and each ``--release`` against the ledger. ``trust-root`` writes what verifiers pin —
+the ledger's id and its charter chain in force, with the signatures that count — to a new
+file, and prints its SHA-256 as ``sha256sum`` does: publish both beside the releases, again
+after each new charter (``das release verify OUT --trust-root FILE``).
 
 Exit codes: 0 done / intact, 1 verification found problems, 2 refused or usage error, 3 the
 ledger or the Prefect server could not be reached.
@@ -150,6 +154,18 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     verify.add_argument("--json", action="store_true", help="one JSON object on stdout")
     verify.set_defaults(handler=_reporting_faults(_verify))
 
+    trust_root = commands.add_parser(
+        "trust-root",
+        help="write the trust root verifiers pin (the ledger's id and charter chain)",
+    )
+    _where(trust_root)
+    trust_root.add_argument(
+        "--output", required=True, type=resolved_path,
+        help="the file to write (a new file: never overwritten); publish it with the SHA-256 "
+        "printed on stdout",
+    )  # fmt: skip
+    trust_root.set_defaults(handler=_reporting_faults(_trust_root))
+
 
 def _charter_options(parser: argparse.ArgumentParser, required: bool = False) -> None:
     parser.add_argument("--approvers", type=resolved_path,
@@ -173,10 +189,9 @@ def _reporting_faults(handler: Any) -> Any:
 
     def run(args: argparse.Namespace) -> int:
         from das.io.tables import InputFormatError
+        from das.refusal import RunRefused
         from das.runs.faults import EXIT_INFRASTRUCTURE
-        from das.runs.ledger import LedgerUnavailable
-        from das.runs.policy import RunRefused
-        from das.signing import SigningError
+        from das.trust import LedgerUnavailable, SigningError
 
         command = args.ledger_command + (
             f" {args.charter_command}" if args.ledger_command == "charter" else ""
@@ -204,13 +219,12 @@ def _where(parser: argparse.ArgumentParser) -> argparse._MutuallyExclusiveGroup:
 
 
 def _store(args: argparse.Namespace) -> Any:
-    from das.runs.ledger import LedgerStore, ledger_store
+    from das.trust import LedgerStore, ledger_store
 
     if getattr(args, "ledger", None) is not None:
         return LedgerStore.in_directory(args.ledger)
     if getattr(args, "url", None):
-        from das.runs.ledger import configured_store
-        from das.runs.ledger.location import LEDGER_PASSWORD_FILE_ENV, url_without_password
+        from das.trust import LEDGER_PASSWORD_FILE_ENV, configured_store, url_without_password
 
         # The password, if any, from DAS_LEDGER_PASSWORD_FILE: never on the command line.
         url = url_without_password(args.url, "--url")
@@ -226,7 +240,7 @@ def _store_of_release(output: Path) -> Any:
     """The ledger a release's run used, from its audit (the release's, or a run's in the
     state root)."""
     from das.runs.folder import state_root
-    from das.runs.ledger import LedgerStore
+    from das.trust import LedgerStore
 
     audits = [output / "audit.json", *sorted((state_root() / "runs").glob("*/audit.json"))]
     for path in audits:
@@ -244,7 +258,7 @@ def _store_of_release(output: Path) -> Any:
 
 
 def _ledger(args: argparse.Namespace) -> Any:
-    from das.runs.ledger import PrivacyLedger
+    from das.trust import PrivacyLedger
 
     return PrivacyLedger(_store(args))
 
@@ -274,8 +288,7 @@ def _ceilings(args: argparse.Namespace) -> dict[str, Fraction]:
 
 def _runner_keys(paths: list[Path]) -> list[Any]:
     """The run keys a charter names: those given, else this account's run key."""
-    from das.runs.run_key import run_key
-    from das.signing import public_key_of
+    from das.trust import public_key_of, run_key
 
     if paths:
         return [public_key_of(path) for path in paths]
@@ -285,7 +298,7 @@ def _runner_keys(paths: list[Path]) -> list[Any]:
 
 
 def _approver_key(path: Path, approvers: Any, what: str) -> Any:
-    from das.signing import public_key_of
+    from das.trust import public_key_of
 
     key = public_key_of(path)
     if key not in set(approvers):
@@ -311,12 +324,18 @@ def _confirm_history(journal: Any, needs: list[str], info: list[str], forced: bo
 def _init(args: argparse.Namespace) -> int:
     import uuid
 
-    from das.runs.approver_journal import ApproverJournal
-    from das.runs.ledger import PrivacyLedger, decimal_text
-    from das.runs.ledger.charter import CHARTER_NAMESPACE, Charter, charter_statement
-    from das.runs.ledger.ledger import ledger_ceilings
-    from das.signing import canonical_json, load_keys_file
-    from das.signing.sshsig import sign
+    from das.trust import (
+        CHARTER_NAMESPACE,
+        ApproverJournal,
+        Charter,
+        PrivacyLedger,
+        canonical_json,
+        charter_statement,
+        decimal_text,
+        ledger_ceilings,
+        load_keys_file,
+        sign,
+    )
 
     store = _store(args)
     limits = ledger_ceilings(_ceilings(args))
@@ -420,9 +439,7 @@ def _charter_show(args: argparse.Namespace) -> int:
 
 
 def _charter_sign(args: argparse.Namespace) -> int:
-    from das.runs.approver_journal import ApproverJournal
-    from das.runs.ledger.charter import CHARTER_NAMESPACE
-    from das.signing.sshsig import sign
+    from das.trust import CHARTER_NAMESPACE, ApproverJournal, sign
 
     ledger = _ledger(args)
     info = ledger.require_intact()
@@ -452,11 +469,16 @@ def _charter_sign(args: argparse.Namespace) -> int:
 
 
 def _charter_propose(args: argparse.Namespace) -> int:
-    from das.runs.approver_journal import ApproverJournal
-    from das.runs.ledger.charter import CHARTER_NAMESPACE, Charter, charter_statement
-    from das.runs.ledger.ledger import ledger_ceilings
-    from das.signing import canonical_json, load_keys_file
-    from das.signing.sshsig import sign
+    from das.trust import (
+        CHARTER_NAMESPACE,
+        ApproverJournal,
+        Charter,
+        canonical_json,
+        charter_statement,
+        ledger_ceilings,
+        load_keys_file,
+        sign,
+    )
 
     if args.key is None:
         raise ValueError("--key KEY: the proposer signs the new charter")
@@ -525,9 +547,8 @@ def _check_witness(ledger: Any, info: Any, production: bool) -> None:
 
 
 def _approve(args: argparse.Namespace) -> int:
-    from das.runs.approver_journal import ApproverJournal
-    from das.runs.ledger.approvals import statement_problems, statement_text
     from das.spend_approval import Proposal, propose, records_fingerprint, sign_proposal
+    from das.trust import ApproverJournal, statement_problems, statement_text
 
     ledger = _ledger(args)
     info = ledger.require_intact()
@@ -548,6 +569,18 @@ def _approve(args: argparse.Namespace) -> int:
         approval = ledger.approval(args.approval)
         if approval is None:
             raise ValueError(f"no approval {args.approval} in this ledger")
+        if chain.chartered and approval.run_id and approval.rejection is None:
+            # its run was cancelled while it waited: withdrawn now, before anyone signs it
+            _tell_waiting_run(ledger, approval.approval_id, before_signing=True)
+            approval = ledger.approval(args.approval) or approval
+        if approval.withdrawn:
+            from das.trust import shown
+
+            raise ValueError(
+                f"approval {args.approval} was withdrawn "
+                f"({shown((approval.rejection or {}).get('reason', ''))}): it authorizes "
+                "nothing, and nobody needs to sign it"
+            )
         fingerprint = None
         if args.data is not None and args.product is not None:
             fingerprint = records_fingerprint(args.product, args.data)
@@ -608,28 +641,42 @@ def _approve(args: argparse.Namespace) -> int:
         _say(f"recorded approval {approval.approval_id} (unsigned: this ledger has no charter)")
     elif agreed:
         _say(f"signed approval {approval.approval_id}: {len(signers)} of {needed} approvers — one "
-             "run of these parameters on these records may now spend it (a paused run resumes "
-             "by itself)")  # fmt: skip
+             "run of these parameters on these records may now spend it")  # fmt: skip
     else:
         _say(f"signed approval {approval.approval_id}: {len(signers)} of {needed} approvers. "
              f"Each other approver: das ledger approve --approval {approval.approval_id} "
              f"{_where_flag(info)}--key <their key>")  # fmt: skip
+    if chain.chartered and approval.run_id:  # a waiting run's request: tell the run
+        _say(f"the run that asked for it: {_tell_waiting_run(ledger, approval.approval_id)}")
     return EXIT_OK  # the note was shown with the statement, before the signature
 
 
+def _tell_waiting_run(ledger: Any, approval_id: str, before_signing: bool = False) -> str:
+    """Resume (or update the page of) the suspended run that asked for ``approval_id``, or
+    withdraw its request when it was cancelled, when the Prefect server is reachable (else the
+    approvals sweep does it); what happened. ``before_signing``: only a cancelled run's
+    request is acted on (withdrawn)."""
+    from tasks.approval import nudge_from_terminal
+
+    return nudge_from_terminal(ledger, approval_id, withdraw_only=before_signing)
+
+
 def _reject(args: argparse.Namespace) -> int:
-    from das.runs.ledger.identity import who
+    from das.trust import who
 
     ledger = _ledger(args)
     ledger.require_intact()
     ledger.reject_approval(args.approval, args.reason, who(), "das ledger reject")
     _say(f"rejected approval {args.approval}: it authorizes nothing; a run waiting for it ends "
          "Refused")  # fmt: skip
+    approval = ledger.approval(args.approval)
+    if approval is not None and approval.run_id:
+        _say(f"the run that asked for it: {_tell_waiting_run(ledger, args.approval)}")
     return EXIT_OK
 
 
 def _release(args: argparse.Namespace) -> int:
-    from das.runs.ledger.identity import who
+    from das.trust import who
 
     ledger = _ledger(args)
     ledger.require_intact()
@@ -730,14 +777,14 @@ def _charter_summary(chain: Any) -> dict[str, Any] | None:
 
 
 def _decimal(value: Any) -> str:
-    from das.runs.ledger import decimal_text
+    from das.trust import decimal_text
 
     return decimal_text(value)
 
 
 def _render(summary: dict[str, Any]) -> str:
     from das.privacy.mechanisms import parse_fraction_text
-    from das.runs.typed_text import shown
+    from das.trust import shown
 
     ceilings = ", ".join(f"{UNITS[d]} {v}" for d, v in sorted(summary["ceilings"].items()))
     charter = summary["charter"]
@@ -781,7 +828,11 @@ def _render(summary: dict[str, Any]) -> str:
         for approval in item["approvals"]:
             statement = approval["statement"]
             used = f"used by run {approval['used_by']}" if approval["used_by"] else "open"
-            if approval["rejection"]:
+            if approval["rejection"] and approval["rejection"].get("withdrawn"):
+                rejection = approval["rejection"]
+                used = (f"WITHDRAWN ({shown(rejection.get('reason', ''))}; "
+                        f"{shown(rejection.get('by', ''))})")  # fmt: skip
+            elif approval["rejection"]:
                 rejection = approval["rejection"]
                 used = (
                     f"REJECTED by {shown(rejection.get('by', ''))} (as typed, "
@@ -842,7 +893,7 @@ def _witnessed(ledger: Any, info: Any) -> dict[str, Any]:
 
 def _verify(args: argparse.Namespace) -> int:
     from das.runs.faults import EXIT_INFRASTRUCTURE
-    from das.runs.ledger.verify import release_problems
+    from das.trust import release_problems
 
     ledger = _ledger(args)
     info = ledger.info()
@@ -900,3 +951,43 @@ def _verify(args: argparse.Namespace) -> int:
     if ok and result["prefect"] is not None and not witness["checked"]:
         return EXIT_INFRASTRUCTURE
     return EXIT_OK if ok else EXIT_PROBLEMS
+
+
+def _trust_root(args: argparse.Namespace) -> int:
+    """Write the ledger's trust root (:mod:`das.trust.root`) to a new file; its SHA-256 on
+    stdout in ``sha256sum``'s form, what to do with both on stderr."""
+    import hashlib
+
+    from das.io.atomic import atomic_create_bytes
+    from das.trust import root_document
+
+    ledger = _ledger(args)
+    info = ledger.require_intact()
+    chain = ledger.charter_chain()
+    if chain.in_force is None:
+        raise ValueError(
+            f"privacy ledger {info.ledger_id} has no charter in force: only a production "
+            "ledger has a trust root (das ledger init --approvers FILE --quorum K --key KEY, "
+            "then each approver: das ledger charter sign)"
+        )
+    data = root_document(chain.chain)
+    try:
+        atomic_create_bytes(args.output, data)
+    except FileExistsError:
+        raise ValueError(
+            f"{args.output} exists already: a trust root is never overwritten (verifiers may "
+            "have pinned it); write the new one to another file"
+        ) from None
+    print(f"{hashlib.sha256(data).hexdigest()}  {args.output.name}", flush=True)
+    pending = chain.pending
+    print(
+        f"trust root of privacy ledger {info.ledger_id}: charter versions 1 to "
+        f"{chain.in_force.version} (in force)"
+        + (f"; charter {pending.digest[:16]} is pending and not in it" if pending else "")
+        + f". Publish {args.output.name} and the line above beside the releases: a verifier "
+        f"checks it (sha256sum -c) and pins it (das release verify OUT --trust-root "
+        f"{args.output.name}); a holder of an earlier root checks this one with das release "
+        "check-root",
+        file=sys.stderr,
+    )
+    return EXIT_OK

@@ -131,7 +131,12 @@ def login_hint(address: str, das: str = "das") -> str:
         "an 'Authentication failed' notice first). It asks for the auth string of "
         f"{AUTH_FILE_ENV}: copy it without showing it, with `{das} ui-login | xclip -selection "
         f"clipboard` (or `| wl-copy`, `| pbcopy`; in a terminal that allows it, `{das} ui-login "
-        "--osc52`), paste it into the field, press Enter"
+        "--osc52`), paste it into the field, press Enter.\n"
+        "das prefect: Prefect's own banner follows, written for a server without "
+        "authentication: its `prefect config set PREFECT_API_URL=…` is not needed (`das` reads "
+        f"PREFECT_API_URL from the environment; the plain `prefect` has no auth string: use "
+        f"`{das} prefect …`), and the dashboard to open is {address}/login, not the front page "
+        "it names"
     )
 
 

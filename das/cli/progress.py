@@ -4,8 +4,9 @@ On a terminal (stderr is a TTY) a `rich` display shows every stage of the run â€
 with its units (states, levels, buckets, tables) done of the total, or to come â€” and the
 overall percentage, the work time, the time paused (waiting for an approval) and the estimate
 of the time left, its clock moving between reports. Elsewhere (a pipe, a file, CI), one
-progress line at each change of stage and at most every :data:`LINE_EVERY` seconds, each line
-printed once. The numbers come from :mod:`das.runs.progress`.
+progress line at each change of stage and, within a long one, every :data:`LINE_EVERY`
+seconds (saying *still*, its clock moved on), each line printed once. The numbers come from
+:mod:`das.runs.progress`.
 
 Either way the console leaves out what the display already says or what is per-task chatter:
 Prefect's console log is held back to warnings on a terminal; elsewhere the flow's own
@@ -89,10 +90,10 @@ class _Lines:
             now = time.monotonic()
             if self.last is None or self.last.finished or now - self.printed_at < LINE_EVERY:
                 return
-            self._print(self.last.later(now - self.received), now)
+            self._print(self.last.later(now - self.received), now, still=True)
 
-    def _print(self, snapshot: Any, now: float) -> None:
-        line = f"{self.prefix}: {snapshot.line()}"
+    def _print(self, snapshot: Any, now: float, still: bool = False) -> None:
+        line = f"{self.prefix}: {snapshot.line(still)}"
         if line != self.printed:
             print(line, file=sys.stderr, flush=True)
             self.printed, self.printed_at = line, now

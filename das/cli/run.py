@@ -22,8 +22,10 @@ Exit codes:
      full disk): one line names it; resuming (the same command with --run-id) reuses every
      draw the privacy ledger recorded.
 
-Without PREFECT_API_URL the flow runs against a temporary local Prefect API, started first and
-said so (20-40 s on 2 cores). On a terminal a live display shows the run's stages and
+Without PREFECT_API_URL (environment or Prefect profile) the flow runs against the local
+Prefect API of `das server`: the first run starts it in the background and says so (~10-20 s
+on 2 cores, once), later runs reuse it; DAS_LOCAL_API=temporary starts a temporary one per run
+instead. On a terminal a live display shows the run's stages and
 progress; elsewhere, progress lines go to stderr, each once. Prefect's per-task lines stay off
 the console (the run log and the server keep them) unless --verbose.
 """
@@ -40,7 +42,7 @@ from pathlib import Path
 from typing import Any
 
 from das.cli.arguments import resolved_path
-from das.postprocess.counts import INTERVALS
+from das.postprocess import INTERVALS
 
 EXIT_OK, EXIT_FAILED, EXIT_USAGE = 0, 1, 2  # das.runs.faults.EXIT_INFRASTRUCTURE: 3
 
@@ -176,7 +178,7 @@ def _preflight(args: argparse.Namespace, parameters: dict[str, Any]) -> str | No
     repeats them): a refusal costs a second, not the ~20 s of a temporary server. None when
     the run may start, else the refusal's text (with the next step in this command's syntax)."""
     from das.products import release_product
-    from das.runs.policy import RunRefused
+    from das.refusal import RunRefused
     from das.runs.start import RunRequest, check_start
 
     product = args.run_product
@@ -208,40 +210,101 @@ def _preflight(args: argparse.Namespace, parameters: dict[str, Any]) -> str | No
     return None
 
 
-def _announce_local_api(product: str) -> float | None:
-    """Without PREFECT_API_URL, say that a temporary Prefect API is about to start (importing
-    Prefect and starting it take tens of seconds, which would otherwise pass in silence);
-    when, for :func:`_start_local_api`."""
+def _prewarm_validation(args: argparse.Namespace) -> None:
+    """When this process will validate the inputs itself (its tasks on in-process threads),
+    import Great Expectations in a process of its own now, on the other core, while this one
+    imports Prefect and starts its flow run (:class:`das.validation.gx_runner.PrewarmedGx`).
+    Not in a process that has imported Prefect or GX already (the test suite's, `das demo`'s
+    after its first steps): there GX is imported once and costs nothing after."""
+    from flows.sizing import IN_PROCESS_BELOW_BYTES, input_bytes
+
+    if args.skip_validation or {"prefect", "great_expectations"} & sys.modules.keys():
+        return
+    if os.environ.get("DAS_DASK_ADDRESS"):
+        return
+    threads = os.environ.get("DAS_TASK_RUNNER") == "threads"
+    if threads or input_bytes(args.data) < IN_PROCESS_BELOW_BYTES:
+        from das.validation.gx_runner import prewarm
+
+        prewarm()
+
+
+def _announce_local_api(product: str) -> tuple[Any, float] | None:
+    """Without a configured Prefect API: find the local API of this home (``das server``),
+    or start it in the background now and say so — before the heavy imports, which then
+    overlap its start — and point this process at it; with ``DAS_LOCAL_API=temporary``, say
+    that a temporary API is about to start instead. What :func:`_start_local_api` waits for,
+    and when; None when a Prefect API is configured."""
     import time
 
-    if os.environ.get("PREFECT_API_URL"):
+    from das.cli import server as local_api
+
+    earlier = local_api.in_use()  # `das demo`'s second run: the one its first run started
+    if earlier is not None:
+        return earlier, time.monotonic()
+    if local_api.api_configured():
         return None
-    print(
-        f"das run {product}: starting a temporary local Prefect API for this run (about "
-        "20-40 s on 2 cores; set PREFECT_API_URL to use a running server)",
-        file=sys.stderr,
-        flush=True,
-    )
-    return time.monotonic()
+    if not local_api.wanted():
+        print(
+            f"das run {product}: starting a temporary local Prefect API for this run (about "
+            "20-40 s on 2 cores; without DAS_LOCAL_API=temporary, runs share `das server`)",
+            file=sys.stderr,
+            flush=True,
+        )
+        return None, time.monotonic()
+    found = local_api.start()
+    local_api.use(found)  # before Prefect reads its settings: this process and its children
+    if found.started:
+        replaced = f" (replacing the earlier one: {found.replaced})" if found.replaced else ""
+        print(
+            f"das run {product}: starting the local Prefect API at {found.api.url} in the "
+            f"background{replaced}: the first run of this home waits ~10-20 s for it, later "
+            "runs reuse it (`das server status`; `das server stop` stops it)",
+            file=sys.stderr,
+            flush=True,
+        )
+    return found, time.monotonic()
 
 
-def _start_local_api(product: str, announced: float | None) -> None:
-    """The temporary API :func:`_announce_local_api` announced, started now (once per
-    process) rather than inside the flow, and said when it answers."""
+@contextlib.contextmanager
+def _start_local_api(product: str, announced: tuple[Any, float] | None) -> Iterator[None]:
+    """The API :func:`_announce_local_api` announced, waited for (the temporary one started
+    now, once per process, rather than inside the flow), said when it answers; inside, the
+    flow runs against it (Prefect's settings too, in case an earlier step of this process
+    read them before the environment named it)."""
     if announced is None:
+        yield
         return
     import time
 
     from prefect.client.orchestration import get_client
+    from prefect.settings import PREFECT_API_AUTH_STRING, PREFECT_API_URL, temporary_settings
 
-    with get_client(sync_client=True) as client:
-        client.api_healthcheck()
-    print(
-        f"das run {product}: the local Prefect API answered after "
-        f"{time.monotonic() - announced:.0f} s; starting the flow run",
-        file=sys.stderr,
-        flush=True,
-    )
+    from das.cli import server as local_api
+
+    found, since = announced
+    if found is None:  # a temporary API, started by the client's first call
+        with get_client(sync_client=True) as client:
+            client.api_healthcheck()
+        print(
+            f"das run {product}: the local Prefect API answered after "
+            f"{time.monotonic() - since:.0f} s; starting the flow run",
+            file=sys.stderr,
+            flush=True,
+        )
+        yield
+        return
+    local_api.wait_ready(found)
+    if found.started:
+        print(
+            f"das run {product}: the local Prefect API answered after "
+            f"{time.monotonic() - since:.0f} s; starting the flow run",
+            file=sys.stderr,
+            flush=True,
+        )
+    updates = {PREFECT_API_URL: found.api.url, PREFECT_API_AUTH_STRING: found.auth}
+    with temporary_settings(updates=updates):
+        yield
 
 
 def _watch_for_crashes(product: str) -> None:
@@ -282,7 +345,7 @@ def run_command(args: argparse.Namespace) -> int:
             return _usage_error("--run-id: use letters, digits, '.', '_', '-' (at most 128)")
 
     if args.ledger is not None:
-        from das.runs.policy import LEDGER_ENV, LEDGER_URL_ENV
+        from das.trust import LEDGER_ENV, LEDGER_URL_ENV
 
         saved = {name: os.environ.get(name) for name in (LEDGER_ENV, LEDGER_URL_ENV)}
         os.environ[LEDGER_ENV] = str(args.ledger)
@@ -321,7 +384,7 @@ def _run(args: argparse.Namespace) -> int:
     else:
         parameters["credible_interval"] = args.credible_interval
     from das.runs.faults import EXIT_INFRASTRUCTURE, explain
-    from das.runs.ledger import LedgerUnavailable
+    from das.trust import LedgerUnavailable
 
     resume = "run this command again" + (f" with --run-id {args.run_id}" if args.run_id else "")
     try:
@@ -334,12 +397,19 @@ def _run(args: argparse.Namespace) -> int:
         print(f"das run {product}: REFUSED — {refusal}", file=sys.stderr)
         return EXIT_USAGE
 
+    from das.cli.server import LocalApiError
     from das.offline import configure_offline
 
-    announced = _announce_local_api(product)
     configure_offline()
+    _prewarm_validation(args)
+    try:
+        announced = _announce_local_api(product)
+    except (LocalApiError, OSError) as exc:
+        print(f"das run {product}: FAILED — the local Prefect API: {exc}; nothing was drawn",
+              file=sys.stderr)  # fmt: skip
+        return EXIT_INFRASTRUCTURE
     from das.validation.findings import ValidationFailed
-    from flows.runner import local_workers, task_runner_from_env
+    from flows.runner import input_bytes, local_workers, task_runner_from_env
 
     try:
         local_workers()  # (the flow modules build their runner when imported)
@@ -352,12 +422,15 @@ def _run(args: argparse.Namespace) -> int:
         from flows.phsafe import phsafe_flow as product_flow
     from das.cli.progress import shown
 
-    flow = product_flow.with_options(task_runner=task_runner_from_env())
+    flow = product_flow.with_options(task_runner=task_runner_from_env(inputs=input_bytes(data)))
     try:
-        _start_local_api(product, announced)
-        _watch_for_crashes(product)
-        with _quiet_tracebacks(), shown(product, verbose=args.verbose):
-            state = flow(**parameters, return_state=True)
+        with _start_local_api(product, announced):
+            _watch_for_crashes(product)
+            with _quiet_tracebacks(), shown(product, verbose=args.verbose):
+                state = flow(**parameters, return_state=True)
+    except LocalApiError as exc:
+        print(f"das run {product}: FAILED — {exc}; nothing was drawn", file=sys.stderr)
+        return EXIT_INFRASTRUCTURE
     except Exception as exc:  # the flow never ran (e.g. no Prefect API): one line, no traceback
         fault = explain(exc, resume, os.environ.get("PREFECT_API_URL"))
         if fault is None:

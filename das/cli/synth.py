@@ -91,8 +91,7 @@ def _run(args: argparse.Namespace, generate, source: Path) -> int:
         ConfigError,
         SpecFileError,
         InputFormatError,
-        FileExistsError,
-        FileNotFoundError,
+        OSError,  # an existing output, a missing spec, a parent folder it cannot write in
         ValueError,
     ) as exc:
         print(f"das synth: error: {exc}", file=sys.stderr)

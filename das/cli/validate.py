@@ -94,7 +94,9 @@ def _not_private_warning(product: str, config: Path, data: Path) -> str | None:
     """A config may be valid and still unable to make a private release: an ``Infinity``
     budget means no noise (golden tests). Said next to the verdict, so nobody takes VALID for
     "fit for production"."""
-    from das.runs.policy import RunRefused, infinite_queries
+    from das.listing import folded
+    from das.refusal import RunRefused
+    from das.runs.policy import infinite_queries
     from das.spend_approval import sealed_spend
 
     try:
@@ -104,9 +106,9 @@ def _not_private_warning(product: str, config: Path, data: Path) -> str | None:
     infinite = infinite_queries(plan.measurements)
     if not infinite:
         return None
-    shown = ", ".join(infinite[:3]) + (", ..." if len(infinite) > 3 else "")
     return (
         f"NOT A PRIVATE CONFIG: {len(infinite)} query(ies) have an infinite budget, i.e. no "
-        f"noise ({shown}). A release with it would hold exact counts: a production run (a "
-        "chartered ledger, or DAS_PRODUCTION=1) refuses it, and approvers cannot approve it"
+        f"noise ({folded(infinite)}). A release with it would hold exact counts: a production "
+        "run (a chartered ledger, or DAS_PRODUCTION=1) refuses it, and approvers cannot approve "
+        "it"
     )

@@ -81,6 +81,26 @@ def atomic_write_bytes(path: str | Path, data: bytes) -> None:
         handle.write(data)
 
 
+def atomic_create_bytes(path: str | Path, data: bytes) -> None:
+    """Write ``data`` to a new file ``path``: it appears complete or not at all, and a file
+    already there is never replaced (FileExistsError): the temporary file is linked into
+    place (``os.link`` fails on an existing name), where a rename would overwrite."""
+    final = Path(path)
+    final.parent.mkdir(parents=True, exist_ok=True)
+    temporary = _temporary_sibling(final, "tmp")
+    try:
+        fd = os.open(temporary, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o666)
+        with os.fdopen(fd, "wb") as handle:
+            handle.write(data)
+            handle.flush()
+            os.fsync(handle.fileno())
+        os.link(temporary, final)
+        fsync_directory(final.parent)
+    finally:
+        with contextlib.suppress(FileNotFoundError):
+            temporary.unlink()
+
+
 def atomic_write_text(path: str | Path, text: str, encoding: str = "utf-8") -> None:
     """Write ``text`` to ``path`` atomically; newlines are written as given (no translation)."""
     atomic_write_bytes(path, text.encode(encoding))

@@ -221,9 +221,19 @@ def _check_header(path: Path, spec: TableSpec, header: list[str]) -> None:
 # ------------------------------------------------------------------------------------------------
 
 
-def _format_rows(rows: Sequence[int], total: int) -> str:
-    shown = ", ".join(str(row) for row in rows[:_MAX_ROWS_SHOWN])
-    return f"{shown}, ..." if total > _MAX_ROWS_SHOWN else shown
+HEADER_IS_ROW_0 = "the header line is row 0"
+
+
+def rows_text(rows: Sequence[int], total: int, path: str | Path | None = None) -> str:
+    """``data rows 2, 5, 7 and 3 more (the header line is row 0)``: the first few of ``total``
+    row numbers, as this module counts them (row 1 is the first record after the header, so
+    in a text file data row *k* is line *k* + 1 when no blank line comes before it). A Parquet
+    file has no header line: no note. Row numbers only, never a value."""
+    shown = [str(row) for row in rows[:_MAX_ROWS_SHOWN]]
+    more = f" and {total - len(shown)} more" if total > len(shown) else ""
+    noun = "data row" if total == 1 else "data rows"
+    note = "" if path is not None and is_parquet(path) else f" ({HEADER_IS_ROW_0})"
+    return f"{noun} {', '.join(shown)}{more}{note}"
 
 
 def _chunk_bounds(path: Path, start: int, size: int, chunk_bytes: int) -> Iterator[tuple[int, int]]:
@@ -305,8 +315,12 @@ def _parse_chunk(
             column = re.search(r"column #(\d+)", message)
             where = f" in column {header[int(column.group(1))]}" if column else ""
             row = first_row + _invalid_utf8_record(data.to_pybytes())
-            raise InputFormatError(f"{path}: invalid UTF-8 data{where} in row {row}") from None
-        raise InputFormatError(f"{path}: cannot be parsed (rows {first_row} onwards)") from None
+            raise InputFormatError(
+                f"{path}: invalid UTF-8 data{where} in data row {row} ({HEADER_IS_ROW_0})"
+            ) from None
+        raise InputFormatError(
+            f"{path}: cannot be parsed (data rows {first_row} onwards; {HEADER_IS_ROW_0})"
+        ) from None
     if bad_rows:
         if use_threads and None in bad_rows:
             # Multithreaded parsing does not know row positions: re-parse to find them.
@@ -315,7 +329,7 @@ def _parse_chunk(
         shapes = "; ".join(f"expected {e} fields, found {a}" for e, a in sorted(bad_shapes))
         raise InputFormatError(
             f"{path}: {len(bad_rows)} row(s) with the wrong number of fields ({shapes}); "
-            f"rows {_format_rows(rows, len(bad_rows))}"
+            f"{rows_text(rows, len(bad_rows), path)}"
         )
     return table.select(spec.column_names)
 
@@ -514,8 +528,8 @@ def _convert_table(path: Path, spec: TableSpec, table: pa.Table, first_row: int)
         if failures is not None:
             rows = np.flatnonzero(failures)
             problems.append(
-                f"column {column.name}: {rows.size} value(s) not {column.describe()}; rows "
-                f"{_format_rows((rows[:_MAX_ROWS_SHOWN] + first_row).tolist(), rows.size)}"
+                f"column {column.name}: {rows.size} value(s) not {column.describe()}; "
+                f"{rows_text((rows[:_MAX_ROWS_SHOWN] + first_row).tolist(), rows.size, path)}"
             )
         data[column.name] = values
     if problems:

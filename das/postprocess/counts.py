@@ -67,6 +67,7 @@ import pandas as pd
 from scipy import special
 
 from das.phsafe.tables import SHELLS, TableShell
+from das.postprocess import INTERVALS, Interval
 
 CONFIDENCE = 0.90
 LOWER_Q = (1.0 - CONFIDENCE) / 2.0
@@ -74,8 +75,6 @@ UPPER_Q = 1.0 - LOWER_Q
 _ASYMPTOTIC_ALPHA = 30.0
 _LOG_2PI_HALF = 0.5 * np.log(2.0 * np.pi)
 KEY_COLUMNS = ("REGION_ID", "REGION_TYPE", "ITERATION_CODE")
-Interval = Literal["equal-tailed", "hpd"]
-INTERVALS: tuple[Interval, ...] = ("equal-tailed", "hpd")
 
 
 def _standardize(y: np.ndarray, v: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:

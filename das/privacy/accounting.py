@@ -1,6 +1,6 @@
 """The per-run privacy accountant: every measurement, what it cost, and the refusal to overspend.
 
-(Not the privacy ledger, :mod:`das.runs.ledger`, which records every run's spend across runs.)
+(Not the privacy ledger, :mod:`das.trust`, which records every run's spend across runs.)
 
 A :class:`Measurement` is a typed record (name, budget, sensitivity, mechanism, free metadata).
 Its cost is *asked of the mechanism* — ``mechanism.privacy_function(sensitivity)`` — and must

@@ -2,8 +2,8 @@
 
 - :mod:`das.runs.start`: every check a release run passes before it reads a record.
 - :mod:`das.runs.seal`: the run's parameters frozen at its start.
-- :mod:`das.runs.ledger`: the privacy ledger, the system of record of runs, approvals, spends
-  and draws (hash-chained; SQLite or PostgreSQL).
+- the privacy ledger, the system of record of runs, approvals, spends and draws, is not here:
+  it is part of the trust core, :mod:`das.trust`, which the run lifecycle uses through its face.
 - :mod:`das.runs.folder`: where a run keeps its state (``<state root>/runs/<run-id>/``, never
   inside an output).
 - :mod:`das.runs.noise_store`: every draw persisted and recorded in the ledger, so a rerun of a

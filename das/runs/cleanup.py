@@ -11,6 +11,8 @@ depends on what the privacy ledger says of the run:
   runs clean` (the ledger keeps their digests; `das ledger verify` needs no file of the run);
 - **holds its spend** (authorized or drawing, never published — killed, crashed, failed after
   drawing): a resume reuses every draw, so everything stays;
+- **waits for its approvers** (an open request of it in the ledger: a suspended deployment
+  run): it goes on from its completed steps once they decide, so everything stays;
 - **unknown to this ledger**: left alone and named.
 
 The run log, the audit and the validation report (the curator's) always stay.
@@ -24,7 +26,7 @@ from collections.abc import Iterable
 from dataclasses import dataclass
 from pathlib import Path
 
-from das.runs.ledger import PrivacyLedger, RunState
+from das.trust import PrivacyLedger, RunState
 
 CONFIDENTIAL = ("work", "noise", "sealed", "steps")  # copies of records, noise, parameters
 
@@ -59,14 +61,34 @@ def _size(path: Path) -> int:
     return sum(p.stat().st_size for p in path.rglob("*") if p.is_file())
 
 
-def _decide(state: RunState | None) -> tuple[str, tuple[str, ...], str]:
+# A run's status in the ledger, in words ("released" is a returned reservation, not a release).
+STATUS_WORDS = {
+    "completed": "published",
+    "released": "never drew, reservation returned",
+    "reserved": "never drew",
+    "authorized": "holds its spend",
+    "drawing": "holds its spend",
+    "unknown": "unknown to this ledger",
+    "waiting": "waits for its approvers",
+}
+
+
+def _decide(state: RunState | None, waiting: bool) -> tuple[str, tuple[str, ...], str]:
     if state is None:
         return "unknown", (), "not a run of this ledger: left alone (another ledger's?)"
     if state.status == "completed":
         return "removed", CONFIDENTIAL, "published: the ledger keeps the digests of its draws"
     if state.counting:
         return "kept", (), "holds its spend and never published: a resume reuses its draws"
+    if waiting:
+        return "kept", (), "waits for its approvers: it goes on from its completed steps"
     return "removed", CONFIDENTIAL, "never drew: nothing can resume it into a spend"
+
+
+def _waiting(ledger: PrivacyLedger, run_id: str) -> bool:
+    """Whether the run waits for its approvers: its request is open (not rejected, unexpired)."""
+    request = ledger.approval_request(run_id)
+    return request is not None and request.rejection is None and not request.expired()
 
 
 def clean_runs(
@@ -87,8 +109,9 @@ def clean_runs(
     for folder in sorted(p for p in runs.iterdir() if p.is_dir()):
         age_days = (now - folder.stat().st_mtime) / 86400
         state = ledger.run(folder.name)
-        action, names, why = _decide(state)
-        status = "unknown" if state is None else state.status
+        waiting = state is not None and not state.counting and _waiting(ledger, folder.name)
+        action, names, why = _decide(state, waiting)
+        status = "unknown" if state is None else "waiting" if waiting else state.status
         present = tuple(n for n in names if (folder / n).exists())
         if action == "removed" and age_days < older_than_days:
             action, present, why = "kept", (), f"younger than {older_than_days:g} days"

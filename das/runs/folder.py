@@ -23,12 +23,14 @@ Layout, for ``--output OUT`` and the state root ``STATE`` (``DAS_STATE_DIR``, el
 
 Noise vectors and spilled records are confidential (noise + a released count gives the true
 count): the state root stays inside the secure enclave with the inputs, and is never inside an
-output (:func:`check_output_place`), so publishing a release — or a folder of releases — never
-publishes run state. `das runs clean` removes what the ledger no longer needs.
+output (:func:`check_output_place`) nor inside or beside a release or under a work folder
+(:func:`check_state_place`, resolved), so publishing a release — or a folder of releases —
+never publishes run state. `das runs clean` removes what the ledger no longer needs.
 """
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import re
@@ -82,12 +84,58 @@ def state_root(environ: Mapping[str, str] | None = None) -> Path:
     return Path(base).expanduser().absolute() / "das"
 
 
+def _release_files() -> tuple[str, ...]:
+    from das.trust import CERTIFICATE, MANIFEST
+
+    return (MANIFEST, CERTIFICATE)
+
+
+def check_state_place(state: Path) -> None:
+    """Refuse a state root that publishing a release would publish: at or under a folder that
+    holds a release (its ``MANIFEST.json`` or certificate), under a run's work folder
+    (``*.das``), or in a folder of releases (beside one) — checked on the resolved path, so a
+    link into one of them is refused too. Said by name."""
+    from das.refusal import RunRefused
+
+    named = Path(state)
+    state = named.resolve()
+    via = f" (through {named})" if named.absolute() != state else ""
+    for folder in (state, *state.parents):
+        held = [name for name in _release_files() if (folder / name).exists()]
+        if held:
+            raise RunRefused(
+                f"the runs' state root {state}{via} ({STATE_ENV}) is "
+                + ("the published release" if folder == state else "inside the published release")
+                + f" {folder} (it holds {held[0]}): run state — noise, spilled records, true "
+                "counts — would be published with it. Choose a state root outside every release"
+            )
+        if folder.name.endswith(WORK_SUFFIX):
+            raise RunRefused(
+                f"the runs' state root {state}{via} ({STATE_ENV}) is inside {folder}, a run's "
+                "work folder (lock, staging of a release). Choose a state root outside it"
+            )
+    with contextlib.suppress(OSError):
+        for sibling in sorted(state.parent.iterdir()):
+            if (
+                sibling != state
+                and sibling.is_dir()
+                and any((sibling / name).is_file() for name in _release_files())
+            ):
+                raise RunRefused(
+                    f"the runs' state root {state}{via} ({STATE_ENV}) is beside the release "
+                    f"{sibling}, in a folder of releases: publishing that folder would publish "
+                    "run state. Choose a state root outside it"
+                )
+
+
 def check_output_place(output: Path, state: Path) -> None:
     """Refuse an output that would put a release where run state or another release is: inside
     a release (a folder holding a MANIFEST.json), inside a run's work folder (``*.das``), inside
-    the state root — or an output that holds the state root. Said by name."""
-    from das.runs.policy import RunRefused
+    the state root — or an output that holds the state root; and a state root a release could
+    carry out (:func:`check_state_place`). Said by name."""
+    from das.refusal import RunRefused
 
+    check_state_place(state)
     # resolved: a state root reached through a symbolic link is still the state root
     output = Path(output).resolve()
     state = Path(state).resolve()
@@ -186,6 +234,8 @@ class RunFolder:
         return self.root.is_dir()
 
     def create(self) -> RunFolder:
+        assert self.state is not None
+        check_state_place(self.state)  # never create run state where a release would carry it
         for folder in (self.noise_dir, self.accountants_dir, self.validation_dir):
             folder.mkdir(parents=True, exist_ok=True)
         return self

@@ -33,7 +33,9 @@ cluster check, progress — is a :class:`RunHost` (Prefect's: :mod:`tasks.run_co
 from __future__ import annotations
 
 import contextlib
+import datetime as dt
 import logging
+import os
 import shutil
 import time
 from collections.abc import Iterator, Mapping, Sequence
@@ -44,28 +46,14 @@ from typing import Any, Protocol
 from das.io.fingerprint import combine_fingerprints
 from das.privacy.accounting import PrivacyAccountant
 from das.privacy.mechanisms import Budget
+from das.refusal import Remedy, RunRefused
 from das.runs.audit import AuditRecorder, md_escape
-from das.runs.certificate import certify
 from das.runs.cleanup import forget_records
 from das.runs.curator_log import curator_log
 from das.runs.faults import InfrastructureFault, explain, resume_hint
 from das.runs.folder import RunFolder
-from das.runs.ledger import (
-    Approval,
-    ApprovalRequired,
-    LedgerInfo,
-    LedgerRefused,
-    LedgerUnavailable,
-    PassSpend,
-    PrivacyLedger,
-    RunState,
-    decimal_text,
-    parse_total,
-)
-from das.runs.ledger.approvals import approval_statement
-from das.runs.ledger.run_signatures import RunSigner
 from das.runs.noise_store import DrawLedger, describe_streams
-from das.runs.policy import Remedy, RunRefused, marker_banner
+from das.runs.policy import marker_banner
 from das.runs.progress import RunProgress
 from das.runs.release import OutputLock, ReleaseStager, RunLease, new_lease
 from das.runs.run_log import run_log_file
@@ -79,13 +67,30 @@ from das.runs.start import (
     check_start,
 )
 from das.runs.steps import RunSteps
+from das.trust import (
+    Approval,
+    ApprovalRequired,
+    LedgerInfo,
+    LedgerRefused,
+    LedgerUnavailable,
+    PassSpend,
+    PrivacyLedger,
+    RunSigner,
+    RunState,
+    approval_statement,
+    certify,
+    decimal_text,
+    parse_total,
+)
 from das.validation.findings import ValidationFailed
 
 
 class RunHost(Protocol):
     """What a release run needs from the orchestrator that runs it (see the module docstring).
     Every method but the witness, the approval wait and the cluster check is information: it
-    must never stop a run."""
+    must never stop a run. The approval wait may end the run's process while the run waits for
+    people (:meth:`suspended` tells that exit from a failure): the orchestrator runs the flow
+    again from its start once they decided."""
 
     @property
     def logger(self) -> logging.Logger | logging.LoggerAdapter[Any]: ...
@@ -105,6 +110,8 @@ class RunHost(Protocol):
     def tag_attempt(self, attempt: int) -> None: ...
 
     def await_approval(self, run: ReleaseRun, request: Approval) -> None: ...
+
+    def suspended(self, exc: BaseException) -> bool: ...
 
     def check_cluster(
         self, files: Mapping[str, Path], run_root: Path, ledger: PrivacyLedger
@@ -132,6 +139,22 @@ READING_STEPS = ("validate", "geography", "spill")
 class RecordsChanged(ValidationFailed):
     """The records about to be measured are not the records validated (or bound to the run):
     an input changed while the run ran. Nothing was drawn."""
+
+
+APPROVAL_TIMEOUT_ENV = "DAS_APPROVAL_TIMEOUT_SECONDS"
+DEFAULT_APPROVAL_TIMEOUT = 7 * 24 * 3600  # as long as an approval `das ledger approve` makes
+
+
+def approval_timeout(environ: Mapping[str, str] | None = None) -> dt.timedelta:
+    """How long the request a waiting run writes stays open (its expiry; then the run ends
+    Refused): ``DAS_APPROVAL_TIMEOUT_SECONDS``, at least 10 s, at most the 90 days an
+    approval may last."""
+    environ = os.environ if environ is None else environ
+    try:
+        seconds = int(environ.get(APPROVAL_TIMEOUT_ENV, DEFAULT_APPROVAL_TIMEOUT))
+    except ValueError:
+        seconds = DEFAULT_APPROVAL_TIMEOUT
+    return dt.timedelta(seconds=min(max(10, seconds), 90 * 24 * 3600))
 
 
 def resolve_path(path: str | Path) -> Path:
@@ -355,8 +378,10 @@ class ReleaseRun:
 
     def request_approval(self, refusal: ApprovalRequired, files: Mapping[str, str]) -> Approval:
         """The approval statement this run's approvers are asked to sign: the one it asked for
-        in an earlier attempt when it is still open, else a new one in the ledger (unsigned:
-        a request; signatures authorize, not the row)."""
+        in an earlier attempt (:meth:`PrivacyLedger.approval_request`: open, or rejected or
+        expired while the run waited — it then ends Refused), else a new one in the ledger
+        (unsigned: a request; signatures authorize, not the row), valid for
+        ``DAS_APPROVAL_TIMEOUT_SECONDS``."""
         statement_of = self.ledger.approval_request(self.run_id)
         if statement_of is not None:
             return statement_of
@@ -376,6 +401,7 @@ class ReleaseRun:
             requested_by=f"flow run {self.host.flow_run_id()}",
             run_id=self.run_id,
             reference=self._reference(files),
+            valid_for=approval_timeout(),
         )
         return self.ledger.record_approval(statement)
 
@@ -444,7 +470,7 @@ class ReleaseRun:
         return result
 
     def _certify(self, staging: Path, manifest: Mapping[str, Any]) -> None:
-        """The release's certificate (:mod:`das.runs.certificate`), signed with the run key,
+        """The release's certificate (:mod:`das.trust.certificate`), signed with the run key,
         written beside its MANIFEST just before the release is renamed into place."""
         assert self.check.run_key is not None and self.check.plan is not None
         proof = self.ledger.spend_proof(self.run_id)
@@ -510,6 +536,17 @@ def _recorded_draws(ledger: PrivacyLedger, run_id: str, attempt: int) -> dict[st
         return {"fresh": 0, "earlier_attempts": 0}
     fresh = sum(1 for d in state.draws.values() if d["attempt"] == attempt)
     return {"fresh": fresh, "earlier_attempts": len(state.draws) - fresh}
+
+
+def _leave_waiting(run: ReleaseRun) -> None:
+    """The run's process ends while the run waits for its approvers (nothing drawn): its run
+    folder — the records read, the steps done — stays for the same run to go on from, and its
+    audit says it waits (the next attempt writes its own)."""
+    run.audit.write("waiting")
+    run.host.logger.info(
+        "%srun %s waits for its approvers without a process: nothing was drawn, and the run "
+        "goes on from its completed steps once they decided", run.banner, run.run_id,
+    )  # fmt: skip
 
 
 def _remove_if_unused(folder: RunFolder, created: bool) -> None:
@@ -618,6 +655,9 @@ def release_run(
                 if run.progress is not None:
                     run.progress.finish(run.progress.outcome)
             except BaseException as exc:
+                if host.suspended(exc):
+                    _leave_waiting(run)
+                    raise
                 fault = explain(exc, resume_hint(run.context, run_id), host.api_url())
                 with contextlib.suppress(Exception):  # the ledger may be what failed
                     if not run.drawing:
@@ -626,10 +666,7 @@ def release_run(
                     if after is not None and not after.counting:
                         # it never drew: nothing resumes from its copy of the records
                         forget_records(folder.root)
-                    ledger.record_failure(
-                        run_id, state.attempt, type(exc).__name__,
-                        str(exc) if isinstance(exc, RunRefused) else None,
-                    )  # fmt: skip
+                    ledger.record_failure(run_id, state.attempt, type(exc).__name__)
                 if audit.record["ledger"] is None:
                     with contextlib.suppress(Exception):  # ids need the ledger's key
                         partitions = folder.stored_accountants()

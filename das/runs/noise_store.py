@@ -57,8 +57,7 @@ from das.privacy.accounting import Measurement, PrivacyAccountant, noise_digest
 from das.privacy.mechanisms import release_draw
 from das.privacy.rng import RandomSource, default_source, seeded_rng
 from das.runs.folder import RunFolder, safe_name
-from das.runs.ledger import DrawRecord, PrivacyLedger
-from das.runs.ledger.run_signatures import RunSigner
+from das.trust import DrawRecord, PrivacyLedger, RunSigner
 
 RngFor = Callable[[Measurement], Any]
 

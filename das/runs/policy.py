@@ -1,32 +1,27 @@
-"""What a run may do: production mode, and the markers of a release that is not private.
+"""What a run may do in production, and the markers of a release that is not private.
 
-``DAS_PRODUCTION`` (set on production work pools) is on for ``1``, ``true`` or ``yes`` (any case)
-and off when unset, empty, ``0``, ``false`` or ``no``; any other value is refused, so a typo
-never silently means "not production". Production refuses seeded noise, any infinite budget and
-``--skip-validation`` without a recorded passing validation, and requires an initialized
-privacy ledger (``DAS_LEDGER_DIR`` or ``DAS_LEDGER_URL``) whose approvals govern every spend.
-The flows check it themselves, so the refusal holds whatever starts them: ``das run``, a
-deployment, a schedule, a Retry, or a Python call of the flow function. Outside production,
-seeds and Infinity are allowed for tests and demos, and the release says so loudly
-(:func:`privacy_markers`): the success line, every artifact title, the audit, and a marker file
-in the release folder.
+``DAS_PRODUCTION`` (set on production work pools; read by :mod:`das.production`) says whether
+this is a production run; a chartered ledger makes every run one. Production refuses seeded
+noise, any infinite budget and ``--skip-validation`` without a recorded passing validation, and
+requires an initialized privacy ledger (``DAS_LEDGER_DIR`` or ``DAS_LEDGER_URL``) whose
+approvals govern every spend. The flows check it themselves, so the refusal holds whatever
+starts them: ``das run``, a deployment, a schedule, a Retry, or a Python call of the flow
+function. Outside production, seeds and Infinity are allowed for tests and demos, and the
+release says so loudly (:func:`privacy_markers`): the success line, every artifact title, the
+audit, and a marker file in the release folder.
 """
 
 from __future__ import annotations
 
 import math
 import os
-from collections.abc import Iterable, Mapping, Sequence
-from dataclasses import dataclass
+from collections.abc import Iterable, Mapping
 
+from das.listing import folded
 from das.privacy.accounting import Measurement
-
-PRODUCTION_ENV = "DAS_PRODUCTION"
-LEDGER_ENV = "DAS_LEDGER_DIR"
-LEDGER_URL_ENV = "DAS_LEDGER_URL"
-LEDGER_ID_ENV = "DAS_LEDGER_ID"
-_ON = ("1", "true", "yes")
-_OFF = ("", "0", "false", "no")
+from das.production import PRODUCTION_ENV, production_mode
+from das.refusal import Remedy, RunRefused, combined
+from das.trust import LEDGER_ENV, LEDGER_ID_ENV, LEDGER_URL_ENV
 
 # Marker files of the release folder, and what each one says.
 NOT_PRIVATE = "NOT-PRIVATE"
@@ -41,63 +36,6 @@ MARKER_TEXT = {
         "remove the noise. For tests and demos only; never publish it.\n"
     ),
 }
-
-
-@dataclass(frozen=True)
-class Remedy:
-    """The next step after a refusal, in the syntax of where the run was started: a ``das
-    run`` flag, a deployment parameter, or a command that is the same everywhere (e.g. the
-    approval of the spend in the ledger)."""
-
-    cli: str | None = None
-    deployment: str | None = None
-    command: str | None = None
-
-    def for_context(self, context: str) -> str | None:
-        """``context``: ``cli`` (das run), ``deployment`` or ``python`` (a direct flow call)."""
-        if self.command is not None:
-            return self.command
-        if context == "cli":
-            return self.cli
-        return self.deployment or self.cli
-
-
-class RunRefused(RuntimeError):
-    """The run may not start, or may not go on to draw (policy, identity, ledger, approvals,
-    output lock); nothing was drawn. The message says why, :attr:`remedy` what to do; it holds
-    no data."""
-
-    def __init__(self, message: str, remedy: Remedy | None = None) -> None:
-        super().__init__(message)
-        self.remedy = remedy
-
-    def explained(self, context: str = "cli") -> str:
-        """The message and, when there is one, the next step in ``context``'s syntax."""
-        step = None if self.remedy is None else self.remedy.for_context(context)
-        message = str(self).rstrip()
-        if step is None:
-            return message
-        sentence = message if message.endswith((".", "!", "?")) else message + "."
-        return f"{sentence} Next step: {step}"
-
-
-def production_mode(environ: Mapping[str, str] | None = None) -> bool:
-    """Whether ``DAS_PRODUCTION`` says production; refuses a value it does not know."""
-    raw = (os.environ if environ is None else environ).get(PRODUCTION_ENV)
-    value = "" if raw is None else raw.strip().lower()
-    if value in _ON:
-        return True
-    if value in _OFF:
-        return False
-    raise RunRefused(
-        f"{PRODUCTION_ENV}={raw!r} is neither on (1, true, yes) nor off (unset, 0, false, no); "
-        "refusing to guess whether this is a production run"
-    )
-
-
-def is_production(environ: Mapping[str, str] | None = None) -> bool:
-    """True under production mode (:func:`production_mode`; an unknown value refuses)."""
-    return production_mode(environ)
 
 
 def infinite_queries(plan: Iterable[Measurement]) -> list[str]:
@@ -150,9 +88,9 @@ def check_release_policy(
         ))  # fmt: skip
     infinite = infinite_queries(plan)
     if infinite:
-        shown = ", ".join(infinite[:3]) + (", ..." if len(infinite) > 3 else "")
         found.append((
-            f"{len(infinite)} query(ies) have an infinite budget, i.e. no noise ({shown})",
+            f"{len(infinite)} query(ies) have an infinite budget, i.e. no noise "
+            f"({folded(infinite)})",
             Remedy(command="give every query of the config a finite budget (Infinity is for "
                    "golden tests, against a ledger without a charter), then start a new run"),
         ))  # fmt: skip
@@ -177,15 +115,3 @@ def check_release_policy(
             f"refused under {why}: " + "; ".join(p for p, _ in found) + ". Nothing was drawn.",
             combined([r for _, r in found]),
         )
-
-
-def combined(remedies: Sequence[Remedy]) -> Remedy:
-    """One next step for several problems: each one's step, in each caller's syntax."""
-    if len(remedies) == 1:
-        return remedies[0]
-
-    def joined(context: str) -> str:
-        steps = [r.for_context(context) for r in remedies]
-        return "; and ".join(dict.fromkeys(s for s in steps if s))
-
-    return Remedy(cli=joined("cli"), deployment=joined("deployment"))

@@ -29,7 +29,8 @@ the measured stage times in :data:`NATIONAL_SECONDS`). **The estimate of the tim
    timed in this attempt, and their own rates (seconds per unit of weight) agree within a
    factor :data:`AGREEMENT`. The weights are a national run's; a small run spends its time
    differently (fixed start-up costs per stage), and then shows no estimate rather than a
-   wrong one. No estimate either while the run waits for a person.
+   wrong one (the line then says nothing of the time left). No estimate either while the run
+   waits for a person.
 3. An estimate is shown rounded up (:func:`estimate_text`: to 10 s below two minutes, to the
    minute above), so it never reads "0s left" while a stage has not ended.
 
@@ -153,17 +154,17 @@ class Snapshot:
         for reason, seconds in self.pauses.items():
             so_far = " so far" if reason == self.waiting else ""
             parts.append(f"paused {duration_text(seconds)} for {reason}{so_far}")
-        if not self.finished and self.waiting is None:
-            parts.append(
-                "no estimate yet"
-                if self.remaining is None
-                else f"about {estimate_text(self.remaining)} left"
-            )
+        # No estimate, no words about it: a small run may never have one (rule 2), and "no
+        # estimate yet" on every line of it read as noise.
+        if not self.finished and self.waiting is None and self.remaining is not None:
+            parts.append(f"about {estimate_text(self.remaining)} left")
         return ", ".join(parts)
 
-    def line(self) -> str:
-        """One line for logs and non-terminal output."""
-        return f"progress {self.percent:.0f}%: {self.where()} ({self.times()})"
+    def line(self, still: bool = False) -> str:
+        """One line for logs and non-terminal output; ``still``: the same stage and units as
+        the line before, its clock moved on (not a line printed twice)."""
+        where = f"still {self.where()}" if still else self.where()
+        return f"progress {self.percent:.0f}%: {where} ({self.times()})"
 
     def later(self, seconds: float) -> Snapshot:
         """This snapshot ``seconds`` later with nothing reported meanwhile: a display that

@@ -17,7 +17,6 @@ from __future__ import annotations
 
 import datetime as dt
 import fcntl
-import hashlib
 import json
 import os
 import secrets
@@ -30,13 +29,17 @@ from typing import Any
 
 from das.io.atomic import atomic_write_text, fsync_directory
 from das.io.writers import file_sha256
+from das.listing import folded
+from das.refusal import RunRefused
 from das.runs.folder import RunFolder
-from das.runs.policy import MARKER_TEXT, RunRefused
-
-MANIFEST = "MANIFEST.json"
-CERTIFICATE = "CERTIFICATE.intoto.json"  # the release's proof (das.runs.certificate)
-MANIFEST_FORMAT = "das-release-manifest/1"
-AUDIT_FILE = "audit.json"
+from das.runs.policy import MARKER_TEXT
+from das.trust import (
+    AUDIT_FILE,
+    MANIFEST,
+    MANIFEST_FORMAT,
+    content_digest,
+    read_manifest,
+)
 
 
 class LeaseLost(RuntimeError):
@@ -143,16 +146,6 @@ def new_lease(folder: RunFolder) -> RunLease:
     return RunLease(str(folder.lock_path), str(folder.lease_path), token)
 
 
-def read_manifest(release: Path) -> dict[str, Any] | None:
-    path = Path(release) / MANIFEST
-    if not path.is_file():
-        return None
-    try:
-        return json.loads(path.read_text())
-    except json.JSONDecodeError:
-        return None
-
-
 def describe_existing(release: Path) -> str | None:
     """Why ``release`` would be overwritten, or None when it is absent (or an empty folder)."""
     release = Path(release)
@@ -185,7 +178,7 @@ def _table_files(
     stray = sorted(set(present) - expected - {MANIFEST})
     missing = sorted(expected - set(present))
     if stray or missing:
-        extra, absent = ", ".join(stray[:5]) or "none", ", ".join(missing[:5]) or "none"
+        extra, absent = folded(stray) or "none", folded(missing) or "none"
         raise RuntimeError(
             f"the release being built in {staging} holds files the run did not write ({extra}) "
             f"or lacks some it wrote ({absent}): nothing was published; the ledger keeps the "
@@ -205,19 +198,6 @@ def _table_files(
             )
         files[name] = {"bytes": path.stat().st_size, "sha256": digest}
     return files
-
-
-def content_digest(files: Mapping[str, Mapping[str, Any]]) -> str:
-    """SHA-256 over the sorted ``name:sha256`` lines of a release's released files (the tables
-    and markers; not the MANIFEST, nor the audit, whose timings differ between attempts): what
-    the privacy ledger records as the release before it is published, and what a resume must
-    build again."""
-    lines = "".join(
-        f"{name}:{info['sha256']}\n"
-        for name, info in sorted(files.items())
-        if name not in (MANIFEST, AUDIT_FILE)
-    )
-    return hashlib.sha256(lines.encode()).hexdigest()
 
 
 def _content(manifest: Mapping[str, Any]) -> dict[str, str]:

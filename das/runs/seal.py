@@ -24,7 +24,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from das.io.atomic import atomic_write_bytes
-from das.runs.policy import RunRefused
+from das.refusal import RunRefused
 
 MAX_PARAMETER_BYTES = 256 * 1024 * 1024  # far above any real spec or coterminous file
 CONFIG = "config.json"

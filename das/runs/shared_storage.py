@@ -32,9 +32,9 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from das.io.atomic import atomic_write_text
+from das.refusal import RunRefused
 from das.runs.audit import code_version, package_versions
-from das.runs.ledger import LedgerUnavailable, PrivacyLedger
-from das.runs.policy import RunRefused
+from das.trust import LedgerUnavailable, PrivacyLedger
 
 SAMPLE_BYTES = 1 << 20
 TOKEN_FILE = "shared-view"

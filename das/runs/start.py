@@ -8,9 +8,9 @@ started it. In order, none reading a confidential record:
 2. the inputs are regular files (a named pipe, a device, a directory or a dangling link is
    refused by name at once: a reader would block or fail late);
 3. the parameters are sealed (:mod:`das.runs.seal`) and parsed once; the plan is built from them;
-4. the privacy ledger: configured, initialized and intact (:mod:`das.runs.ledger`). A chartered
+4. the privacy ledger: configured, initialized and intact (:mod:`das.trust`). A chartered
    ledger makes the run a production run, whatever ``DAS_PRODUCTION`` says; its charter must be
-   in force, and the run's signing key (:mod:`das.runs.run_key`) one of the charter's runners;
+   in force, and the run's signing key (:mod:`das.trust.run_keys`) one of the charter's runners;
 5. the production policy (no seed, no infinite budget, no command-line cumulative total);
 6. the output's place: never inside a release, a run's work folder or the state root, and the
    releases beside it were recorded in this ledger;
@@ -33,29 +33,28 @@ from typing import Any
 from das.io.tables import not_a_regular_file
 from das.privacy.accounting import Measurement, compose
 from das.privacy.mechanisms import Budget
+from das.production import production_mode
+from das.refusal import Remedy, RunRefused
 from das.runs.folder import RunFolder, check_output_place, check_run_id
-from das.runs.ledger import (
+from das.runs.policy import check_release_policy, privacy_markers
+from das.runs.release import OutputLock, ReleaseStager
+from das.runs.seal import SealedParameters, seal_files
+from das.trust import (
+    LEDGER_ENV,
+    RUN_KEY_ENV,
     ApprovalRequired,
     LedgerRefused,
     OpenedLedger,
+    PublicKey,
     RunOpening,
     RunState,
+    anchor_remedy,
+    check_pinned_roots,
+    configured_store,
     open_ledger,
     release_anchor_problems,
+    run_key,
 )
-from das.runs.ledger.location import configured_store
-from das.runs.policy import (
-    LEDGER_ENV,
-    Remedy,
-    RunRefused,
-    check_release_policy,
-    privacy_markers,
-    production_mode,
-)
-from das.runs.release import OutputLock, ReleaseStager
-from das.runs.run_key import RUN_KEY_ENV, run_key
-from das.runs.seal import SealedParameters, seal_files
-from das.signing import PublicKey
 
 RUN_ID_FIELD = "{run_id}"
 PREFLIGHT_RUN_ID = "preflight"  # stands for the run id a flow run will get
@@ -262,6 +261,7 @@ def check_start(
     plan: RunPlan | None = None if parameters is None else parameters.run_plan()
     measurements = plan.measurements if plan is not None else ()
     ledger = open_ledger()
+    check_pinned_roots(ledger.info.ledger_id, ledger.chain.chain, ledger.info.location)
     production = production_mode() or ledger.production
     check_release_policy(
         request.seed, measurements, cumulative_total=request.cumulative_total,
@@ -286,7 +286,10 @@ def check_start(
         if anchors:
             raise LedgerRefused(
                 f"privacy ledger {ledger.info.location} is not the ledger of the releases "
-                "beside this output: " + "; ".join(anchors) + ". Nothing was drawn"
+                f"beside this output (in {folder.release_dir.parent}): "
+                + "; ".join(anchors)
+                + ". Nothing was drawn",
+                anchor_remedy(ledger.info, folder.release_dir),
             )
     check = StartCheck(
         production, sealed, parameters, plan, markers, ledger, run_id, folder, existing, key_path

@@ -30,14 +30,13 @@ def record_verdict(
     summary and the records' ``fingerprints``); a line saying where, or None without a ledger.
     ``confidential``: the names of the product's confidential record files."""
     from das.io.writers import file_sha256
-    from das.runs.ledger import PrivacyLedger, configured_store
-    from das.runs.policy import RunRefused
+    from das.refusal import RunRefused
+    from das.trust import PrivacyLedger, configured_store
 
     store = configured_store()
     if store is None:
         return None
-    from das.runs.ledger.run_signatures import RunSigner
-    from das.runs.run_key import run_key
+    from das.trust import RunSigner, run_key
 
     fingerprints = dict(getattr(report, "fingerprints", None) or {})
     try:

@@ -36,6 +36,7 @@ from das.io.tables import (
     read_header,
     read_raw,
     resolve_input,
+    rows_text,
 )
 from das.io.writers import file_sha256
 
@@ -87,9 +88,9 @@ class UnitData:
         return self.unit_variables + self.geo_variables
 
 
-def _row_list(positions: np.ndarray) -> str:
-    rows = ", ".join(str(int(p) + 1) for p in positions[:_ROWS_SHOWN])
-    return f"{rows}, ..." if positions.size > _ROWS_SHOWN else rows
+def _row_list(positions: np.ndarray, path: Path) -> str:
+    """The rows at 0-based ``positions``, as the readers number them (:func:`rows_text`)."""
+    return rows_text([int(p) + 1 for p in positions[:_ROWS_SHOWN]], positions.size, path)
 
 
 def _read_all_columns(path: Path, base: TableSpec) -> pd.DataFrame:
@@ -121,7 +122,7 @@ def _check_unique(file: InputFile) -> None:
     if duplicated.size:
         raise InputFormatError(
             f"{file.path}: column {KEY} repeats in {duplicated.size} row(s) "
-            f"(rows {_row_list(duplicated)}); each unit needs exactly one row"
+            f"({_row_list(duplicated, file.path)}); each unit needs exactly one row"
         )
 
 
@@ -155,12 +156,12 @@ def read_unit_data(data_dir: str | Path) -> UnitData:
     if unmatched_units.size:
         problems.append(
             f"{units.path}: {unmatched_units.size} unit(s) have no {geo.path.name} row "
-            f"(rows {_row_list(unmatched_units)})"
+            f"({_row_list(unmatched_units, units.path)})"
         )
     if unmatched_geo.size:
         problems.append(
             f"{geo.path}: {unmatched_geo.size} row(s) match no unit in {units.path.name} "
-            f"(rows {_row_list(unmatched_geo)})"
+            f"({_row_list(unmatched_geo, geo.path)})"
         )
     if problems:
         raise InputFormatError("; ".join(problems))

@@ -24,6 +24,8 @@ from typing import Any, Literal
 
 import numpy as np
 
+from das.io.tables import rows_text
+
 MAX_ROWS = 10  # first failing row numbers kept per failure
 MAX_VALUES = 5  # sample values kept per failure (for the first rows)
 VALUE_PREFIX = 40  # characters of a sample value kept in a report
@@ -68,10 +70,7 @@ class Failure:
     def line(self) -> str:
         """One line for stdout and the log: no data values."""
         where = f"{self.file}" + (f" [{self.column}]" if self.column else "")
-        rows = ""
-        if self.rows:
-            shown = ", ".join(str(row) for row in self.rows)
-            rows = f"; rows {shown}{', ...' if self.count > len(self.rows) else ''}"
+        rows = f"; {rows_text(self.rows, self.count, self.file)}" if self.rows else ""
         head = f"{self.severity.upper()} {where} {self.check}"
         return f"{head}: {self.count} failing{rows} — {self.message}"
 

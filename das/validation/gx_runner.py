@@ -99,8 +99,99 @@ def _cut_long_values(frame: pd.DataFrame) -> pd.DataFrame:
     return frame.assign(**cut) if cut else frame
 
 
+class PrewarmedGx:
+    """A process that imports Great Expectations ahead of time (2-3 s of imports, 4-8 s on a
+    loaded machine) and then runs one :func:`run_suites` for this process: `das run` starts it
+    first, so that the import runs on the other core while the run starts, not in its
+    validation. It receives the samples over a pipe, as a Dask worker process would, and
+    writes the Data Docs itself; a worker that fails is reported and the suites run here."""
+
+    def __init__(self) -> None:
+        import atexit
+        import subprocess
+        import sys
+        import tempfile
+
+        self._errors = tempfile.TemporaryFile()  # noqa: SIM115 (closed by close())
+        self.process = subprocess.Popen(
+            # imported as itself, not run as __main__: its answer pickles GxOutcome by name
+            [sys.executable, "-c", "from das.validation.gx_runner import _serve; _serve()"],
+            stdin=subprocess.PIPE,
+            stdout=subprocess.PIPE,
+            stderr=self._errors,
+        )
+        atexit.register(self.close)  # never used (a refusal, skipped validation): ended
+
+    def run(
+        self, batches: list[tuple[Suite, pd.DataFrame]], docs_dir: Path | None
+    ) -> list[GxOutcome]:
+        """:func:`run_suites` in the worker; :class:`RuntimeError` when it fails."""
+        import pickle
+
+        request = pickle.dumps((batches, None if docs_dir is None else Path(docs_dir).absolute()))
+        answer, _ = self.process.communicate(request, timeout=PREWARMED_TIMEOUT_SECONDS)
+        if self.process.returncode != 0:
+            self._errors.seek(0)
+            tail = self._errors.read()[-2000:].decode("utf-8", "replace")
+            raise RuntimeError(f"exit {self.process.returncode}: {tail}")
+        return pickle.loads(answer)
+
+    def close(self) -> None:
+        if self.process.poll() is None:
+            self.process.kill()
+            self.process.wait()
+        self._errors.close()
+
+
+PREWARMED_TIMEOUT_SECONDS = 3600.0
+_prewarmed: PrewarmedGx | None = None
+
+
+def prewarm() -> None:
+    """Start this process's :class:`PrewarmedGx` (used by the next :func:`run_suites` here)."""
+    global _prewarmed
+    if _prewarmed is None:
+        _prewarmed = PrewarmedGx()
+
+
 def run_suites(batches: list[tuple[Suite, pd.DataFrame]], docs_dir: Path | None) -> list[GxOutcome]:
-    """Validate each (suite, sample frame) with GX; render Data Docs into ``docs_dir``.
+    """Validate each (suite, sample frame) with GX; render Data Docs into ``docs_dir``; in the
+    prewarmed process when this process started one (:func:`prewarm`), else here."""
+    global _prewarmed
+    worker, _prewarmed = _prewarmed, None
+    if worker is not None:
+        try:
+            outcomes = worker.run(batches, docs_dir)
+        except Exception as exc:  # the suites still run, here
+            logger.warning("the prewarmed Great Expectations process failed (%s): running "
+                           "the suites in this process", exc)  # fmt: skip
+        else:
+            for outcome in outcomes:
+                _log_outcome(outcome)
+            return outcomes
+        finally:
+            worker.close()
+    outcomes = _run_suites(batches, docs_dir)
+    for outcome in outcomes:
+        _log_outcome(outcome)
+    return outcomes
+
+
+def _log_outcome(outcome: GxOutcome) -> None:
+    logger.info(
+        "GX suite %s: %s on %d rows (%d expectations, %d failed)",
+        outcome.suite,
+        "passed" if outcome.success else "FAILED",
+        outcome.rows,
+        outcome.expectations,
+        len(outcome.failures),
+    )
+
+
+def _run_suites(
+    batches: list[tuple[Suite, pd.DataFrame]], docs_dir: Path | None
+) -> list[GxOutcome]:
+    """:func:`run_suites` in this process.
 
     ``docs_dir`` is emptied first (it belongs to the report); None skips the Data Docs. A
     relative ``docs_dir`` is taken against the working directory: GX's ephemeral context has
@@ -175,17 +266,26 @@ def run_suites(batches: list[tuple[Suite, pd.DataFrame]], docs_dir: Path | None)
                         error=str(info.get("exception_message")) if raised else None,
                     )
                 )
-        logger.info(
-            "GX suite %s: %s on %d rows (%d expectations, %d failed)",
-            suite.name,
-            "passed" if outcome.success else "FAILED",
-            outcome.rows,
-            outcome.expectations,
-            len(outcome.failures),
-        )
         outcomes.append(outcome)
     if docs_dir is not None:
         # Once for all suites (GX renders its index and every page again at each build: a
         # build per suite, as the checkpoint action does, cost 4 of the 5 s of validation)
         context.build_data_docs(site_names=[DATA_DOCS_SITE])
     return outcomes
+
+
+def _serve() -> None:
+    """The process of :class:`PrewarmedGx`: import GX now, then run the one request that it
+    sends on stdin and answer on stdout."""
+    import pickle
+    import sys
+
+    configure_offline()
+    import great_expectations  # noqa: F401
+
+    import das.validation.data_docs  # noqa: F401
+
+    batches, docs_dir = pickle.loads(sys.stdin.buffer.read())
+    answer = pickle.dumps(_run_suites(batches, docs_dir))
+    sys.stdout.buffer.write(answer)
+    sys.stdout.buffer.flush()

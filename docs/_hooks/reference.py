@@ -3,15 +3,16 @@
 Nothing here is written by hand about the code: every command and option comes from the parser
 (``das.cli.build_parser``), every variable from ``das.environment``, the exit codes from
 ``das.runs.faults`` and each command's ``--help``, the config fields from the pydantic models of
-``das.specs.config``, the ledger's entry kinds from ``das.runs.ledger.state.ENTRY_KINDS``, the
+``das.specs.config``, the ledger's entry kinds from ``das.trust.ledger.state.ENTRY_KINDS``, the
 deployments from ``deploy/prefect.yaml``, the artifacts and states from ``tasks.artifacts``, the
 input formats from the readers' table specs and the Great Expectations suites, the layers from
 pyproject's import contracts. A change to the code changes the site at the next build.
 
-Two mechanisms: whole pages (:data:`PAGES`, added to the build as generated files) and blocks
-inside hand-written pages (a line ``<!-- das:NAME -->`` is replaced by :data:`BLOCKS` [NAME]).
-A tutorial's command block marked ``<!-- test: NAME -->`` (run by tests/test_tutorial.py) is
-shown with a title saying so.
+Two mechanisms: whole pages (:data:`PAGES`, added to the build as generated files, each in the
+place of a committed file that tells a reader of the Markdown where the page is:
+:func:`reader_page`) and blocks inside hand-written pages (a line ``<!-- das:NAME -->`` is
+replaced by :data:`BLOCKS` [NAME]). A tutorial's command block marked ``<!-- test: NAME -->``
+(run by tests/test_tutorial.py) is shown with a title saying so.
 ``tests/test_docs.py`` imports this module to compare the pages with the code.
 """
 
@@ -488,12 +489,12 @@ def config_page() -> str:
 
 
 def ledger_entries_page() -> str:
-    from das.runs.ledger.state import COUNTING, ENTRY_KINDS
+    from das.trust import COUNTING, ENTRY_KINDS
 
     lines = [
         "# The ledger's entries",
         "",
-        generated_note("`das.runs.ledger.state.ENTRY_KINDS`"),
+        generated_note("`das.trust.ledger.state.ENTRY_KINDS`"),
         "The privacy ledger is an append-only hash chain: every change is a new entry holding "
         "the SHA-256 of its own fields and of the entry before it; nothing is updated or "
         "deleted. A run, a charter, an approval are *folds* of their entries. Read them with "
@@ -540,6 +541,7 @@ def deployments_page() -> str:
         "validate_flow": "validate",
         "swap_flow": "swap",
         "audit_privacy_flow": "audit-privacy",
+        "approval_sweep_flow": "approval-sweep",
     }
     lines = [
         "# Prefect deployments",
@@ -564,8 +566,12 @@ def deployments_page() -> str:
             reads = ", ".join(code(p) for p in (spec.config, spec.data) if p)
         schedules = item.get("schedules") or []
         schedule = "; ".join(
-            f"{code(s['cron'])} {cell(s.get('timezone', ''))}"
-            + (" (registered inactive)" if not s.get("active", True) else "")
+            (
+                f"{code(s['cron'])} {cell(s.get('timezone', ''))}"
+                if "cron" in s
+                else f"every {int(s['interval'])} s"
+            )
+            + (" (registered inactive)" if not s.get("active", True) else " (active)")
             for s in schedules
         )
         description = " ".join(str(item.get("description", "")).split())
@@ -766,6 +772,8 @@ def layers_block() -> str:
     contracts = data["tool"]["importlinter"]["contracts"]
     layers = next(c for c in contracts if c["id"] == "layers")["layers"]
     forbidden = next(c for c in contracts if c["id"] == "engine-without-prefect")
+    face = next(c for c in contracts if c["id"] == "trust-face")
+    alone = next(c for c in contracts if c["id"] == "trust-alone")
     rows = ["| layer (top to bottom) | packages (`\\|`: rooms that must not import each other) |",
             "|---:|---|"]  # fmt: skip
     for number, layer in enumerate(layers, 1):
@@ -777,6 +785,16 @@ def layers_block() -> str:
         + ", ".join(code(m) for m in forbidden["forbidden_modules"])
         + ". No import cycle anywhere (`acyclic_siblings` over `das`, `flows`, `tasks`, "
         "`explorer`).",
+        "",
+        "The trust core is one package: "
+        + ", ".join(code(m) for m in face["protected_modules"])
+        + " are imported by "
+        + ", ".join(code(m) for m in face["allowed_importers"])
+        + " alone (the rest of the code goes through its face), and "
+        + ", ".join(code(m) for m in alone["source_modules"])
+        + " imports none of "
+        + ", ".join(code(m) for m in alone["forbidden_modules"])
+        + ".",
     ]
     return "\n".join(rows)
 
@@ -785,8 +803,8 @@ def output_columns_block() -> str:
     from das.phsafe.measure import NOISE_DISTRIBUTION, output_columns
     from das.phsafe.tables import SHELLS
     from das.postprocess.counts import KEY_COLUMNS
-    from das.runs.release import AUDIT_FILE, CERTIFICATE, MANIFEST
     from das.safetab_p.postprocess import T1_COLUMNS, T2_COLUMNS
+    from das.trust import AUDIT_FILE, CERTIFICATE, MANIFEST
 
     distributions = ", ".join(code(v) for v in NOISE_DISTRIBUTION.values())
     lines = [
@@ -891,6 +909,60 @@ PAGES: dict[str, Callable[[], str]] = {
     "reference/deployments.md": deployments_page,
     "reference/artifacts.md": artifacts_page,
 }
+# What a reader of the Markdown files, outside the site, finds at each generated page's path (a
+# committed file, replaced by the generated page at every build): the page's title and where
+# its content is without a build. Links to these pages then work in the Markdown too.
+READER_PAGES: dict[str, tuple[str, str]] = {
+    "reference/cli.md": (
+        "Command line: `das`",
+        "`das --help`, then `--help` after any command (`das ledger approve --help`)",
+    ),
+    "reference/exit-codes.md": (
+        "Exit codes",
+        "the exit-code paragraph that ends each command's `--help` (`das run --help`), and "
+        "`EXIT_MEANINGS` in "
+        "[`das/runs/faults.py`](../../das/runs/faults.py)",
+    ),
+    "reference/environment.md": (
+        "Environment variables",
+        "the registry [`das/environment.py`](../../das/environment.py)",
+    ),
+    "reference/config.md": (
+        "Config files (`config.json`)",
+        "the pydantic models of [`das/specs/config.py`](../../das/specs/config.py)",
+    ),
+    "reference/input-formats.md": (
+        "Input formats",
+        "the readers' table specs in [`das/io/`](../../das/io/) and the Great Expectations "
+        "suites in [`expectations/`](../../expectations/)",
+    ),
+    "reference/ledger-entries.md": (
+        "The ledger's entries",
+        "`ENTRY_KINDS` in [`das/trust/ledger/state.py`](../../das/trust/ledger/state.py)",
+    ),
+    "reference/deployments.md": (
+        "Prefect deployments",
+        "[`deploy/prefect.yaml`](../../deploy/prefect.yaml) (its comments) and "
+        "[`das/cli/deploy_layout.py`](../../das/cli/deploy_layout.py)",
+    ),
+    "reference/artifacts.md": (
+        "Artifacts and states of a run",
+        "`ARTIFACTS` and `RUN_STATES` in [`tasks/artifacts.py`](../../tasks/artifacts.py)",
+    ),
+}
+
+
+def reader_page(path: str) -> str:
+    """The committed file at a generated page's path (tests/test_docs.py holds them equal)."""
+    title, where = READER_PAGES[path]
+    return (
+        f"# {title}\n\n"
+        "This page is generated from the code each time the site is built: read it on the site "
+        "(`das docs`, or `das docs --no-serve` for its `file://` address). This file only "
+        f"keeps its place for links read in the Markdown. Without the site: {where}.\n"
+    )
+
+
 BLOCKS: dict[str, Callable[[], str]] = {
     "layers": layers_block,
     "output-columns": output_columns_block,
@@ -912,6 +984,9 @@ def on_files(files: Any, config: Any) -> Any:
     from mkdocs.structure.files import File
 
     for path, page in PAGES.items():
+        kept = files.get_file_from_path(path)  # the committed file for Markdown readers
+        if kept is not None:
+            files.remove(kept)
         files.append(File.generated(config, path, content=page()))
     return files
 

@@ -1,0 +1,275 @@
+"""The local Prefect API of `das server` (das/cli/server.py): found, started, reused, replaced
+when stale, stopped; loopback only and authenticated; a `das run` against it is a real flow run
+with its artifacts. The integration tests start it in a temporary home and stop it."""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import stat
+import subprocess
+import sys
+import time
+import urllib.error
+import urllib.request
+from pathlib import Path
+
+import pytest
+
+from das.cli import server as local_api
+
+REPO = Path(__file__).resolve().parents[1]
+DAS = [sys.executable, "-m", "das"]
+
+
+def test_the_folder_follows_the_state_home(tmp_path: Path) -> None:
+    assert local_api.api_dir({"XDG_STATE_HOME": str(tmp_path)}) == tmp_path / "das/local-api"
+    named = {"XDG_STATE_HOME": "/elsewhere", "DAS_LOCAL_API_DIR": str(tmp_path / "api")}
+    assert local_api.api_dir(named) == tmp_path / "api"
+
+
+def test_a_configured_api_or_temporary_is_not_the_local_api(tmp_path: Path) -> None:
+    home = {"PREFECT_HOME": str(tmp_path)}
+    assert local_api._profile_api_url(home) is None and local_api.wanted(home) is True
+    assert local_api.wanted(home | {"DAS_LOCAL_API": "temporary"}) is False
+    assert local_api.wanted(home | {"PREFECT_API_URL": "http://127.0.0.1:4200/api"}) is False
+    # the active profile of Prefect's profiles file names a server
+    (tmp_path / "profiles.toml").write_text(
+        'active = "work"\n[profiles.work]\nPREFECT_API_URL = "http://127.0.0.1:4200/api"\n'
+        "[profiles.ephemeral]\n"
+    )
+    # (read from the file when Prefect is not imported yet; here it is, with its settings)
+    assert local_api._profile_api_url(home) == "http://127.0.0.1:4200/api"
+    assert local_api._profile_api_url(home | {"PREFECT_PROFILE": "ephemeral"}) is None
+
+
+def test_a_record_of_another_process_is_not_the_server(tmp_path: Path) -> None:
+    """A recycled process id (here: this pytest's) is not taken for the server."""
+    ours = local_api.LocalApi(os.getpid(), 4321, local_api.prefect_version(), time.time())
+    assert local_api._is_server(ours) is False
+    gone = local_api.LocalApi(2**22 + 1, 4321, local_api.prefect_version(), time.time())
+    assert local_api._is_server(gone) is False
+
+
+class _FakeServers:
+    """``_spawn``, ``_is_server`` and ``_stop_process`` of das.cli.server without processes:
+    each spawn writes a record naming a new fake process id, which then counts as running."""
+
+    def __init__(self, monkeypatch: pytest.MonkeyPatch, folder: Path) -> None:
+        self.spawned: list[int] = []
+        self.stopped: list[int] = []
+        self.running: set[int] = set()
+        monkeypatch.setenv("DAS_LOCAL_API_DIR", str(folder))
+        monkeypatch.setattr(local_api, "_spawn", self.spawn)
+        monkeypatch.setattr(local_api, "_is_server", lambda api: api.pid in self.running)
+        monkeypatch.setattr(local_api, "_stop_process", self.stop)
+
+    def spawn(self, folder: Path) -> local_api.LocalApi:
+        time.sleep(0.2)  # a start takes a while: the other thread must wait on the lock
+        pid = 10_000_000 + len(self.spawned)
+        self.spawned.append(pid)
+        self.running.add(pid)
+        api = local_api.LocalApi(pid, 40_000 + len(self.spawned), local_api.prefect_version(),
+                                 time.time())  # fmt: skip
+        local_api._write_record(folder, api)
+        return api
+
+    def stop(self, api: local_api.LocalApi, seconds: float = 0) -> None:
+        self.stopped.append(api.pid)
+        self.running.discard(api.pid)
+
+
+def test_two_runs_at_once_start_one_server(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    import threading
+
+    fake = _FakeServers(monkeypatch, tmp_path / "api")
+    found: list[local_api.Found] = []
+    threads = [threading.Thread(target=lambda: found.append(local_api.start())) for _ in "ab"]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join()
+    assert len(fake.spawned) == 1
+    assert sorted(f.started for f in found) == [False, True]
+    assert found[0].api == found[1].api and found[0].auth == found[1].auth
+
+
+def test_a_server_of_another_prefect_version_is_replaced(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    fake = _FakeServers(monkeypatch, tmp_path / "api")
+    first = local_api.start()
+    old = local_api.LocalApi(first.api.pid, first.api.port, "3.0.0", first.api.started)
+    local_api._write_record(tmp_path / "api", old)
+    again = local_api.start()
+    assert fake.stopped == [old.pid] and again.started and again.api.pid != old.pid
+    assert again.replaced == f"it ran Prefect 3.0.0, this is Prefect {local_api.prefect_version()}"
+    fake.running.clear()  # and one whose process is gone
+    gone = local_api.start()
+    assert gone.started and gone.replaced.startswith("its record named process")
+
+
+def test_a_process_finds_the_api_it_already_uses(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """`das demo` runs both products in one process: its second run goes to the local API its
+    first run started (and runs inside Prefect settings that name it), not to a temporary API
+    that Prefect would start for settings read before the environment named it."""
+    _FakeServers(monkeypatch, tmp_path / "api")
+    for name in ("PREFECT_API_URL", "PREFECT_API_AUTH_STRING"):  # use() sets them: restored
+        monkeypatch.setenv(name, "")
+        monkeypatch.delenv(name)
+    monkeypatch.setattr(local_api, "_in_use", None)
+    assert local_api.in_use() is None
+    found = local_api.start()
+    local_api.use(found)
+    again = local_api.in_use()
+    assert again is not None and again.api == found.api and again.auth == found.auth
+    assert again.started is False
+    monkeypatch.setenv("PREFECT_API_URL", "http://127.0.0.1:4200/api")  # another server named
+    assert local_api.in_use() is None
+
+
+def _environment(home: Path) -> dict[str, str]:
+    keep = {k: v for k, v in os.environ.items() if not k.startswith(("DAS_", "PREFECT_", "XDG_"))}
+    return {**keep, "HOME": str(home), "XDG_STATE_HOME": str(home / "state"),
+            "XDG_DATA_HOME": str(home / "data"), "DAS_TASK_RUNNER": "threads"}  # fmt: skip
+
+
+def _das(argv: list[str], env: dict[str, str], cwd: Path) -> subprocess.CompletedProcess:
+    return subprocess.run(
+        [*DAS, *argv], env=env, cwd=cwd, capture_output=True, text=True, timeout=400
+    )
+
+
+def _status(url: str, auth: str | None) -> int:
+    headers = {"Authorization": local_api.basic_authorization(auth)} if auth else {}
+    request = urllib.request.Request(url + "/admin/version", headers=headers)
+    try:
+        with urllib.request.urlopen(request, timeout=10) as response:
+            return response.status
+    except urllib.error.HTTPError as exc:
+        return exc.code
+
+
+def _listening(port: int) -> list[str]:
+    """The local addresses listening on ``port`` (/proc/net/tcp and tcp6, hex)."""
+    found = []
+    for table in ("/proc/net/tcp", "/proc/net/tcp6"):
+        for line in Path(table).read_text().splitlines()[1:]:
+            local, state = line.split()[1], line.split()[3]
+            address, hex_port = local.rsplit(":", 1)
+            if state == "0A" and int(hex_port, 16) == port:
+                found.append(address)
+    return found
+
+
+@pytest.mark.integration  # `das run` twice and `das server` as processes, two servers
+@pytest.mark.timeout(900)
+def test_run_starts_it_the_next_reuses_it_a_stale_one_is_replaced_stop_stops_it(
+    tmp_path: Path,
+) -> None:
+    """As a user types them, with no Prefect server configured: the first `das run` starts the
+    local API and says so, the second reuses it silently, each a flow run on that server with
+    its artifacts; it listens on loopback only and refuses calls without its auth string; a
+    server killed outright leaves a stale record that the next start replaces; `das server
+    stop` stops it."""
+    from prefect_fixtures import two_state_phsafe
+
+    home = tmp_path / "home"
+    env = _environment(home)
+    folder = home / "state" / "das" / "local-api"
+    config, data = two_state_phsafe(tmp_path)
+    run = ["run", "phsafe", "--config", str(config), "--data", str(data), "--seed", "7"]
+    try:
+        assert _das(["server", "status"], env, tmp_path).returncode == 1
+        first = _das([*run, "--output", str(tmp_path / "r1")], env, tmp_path)
+        assert first.returncode == 0, first.stderr[-3000:]
+        assert "starting the local Prefect API at http://127.0.0.1:" in first.stderr
+        api = local_api.LocalApi(**json.loads((folder / "server.json").read_text()))
+        # its folder and auth string are its owner's alone; it listens on loopback only
+        assert stat.S_IMODE(folder.stat().st_mode) == 0o700
+        assert stat.S_IMODE((folder / "auth").stat().st_mode) == 0o600
+        assert _listening(api.port) == ["0100007F"]
+        auth = (folder / "auth").read_text().strip()
+        assert _status(api.url, None) == 401 and _status(api.url, "das:wrong") == 401
+        assert _status(api.url, auth) == 200
+        again = _das(["server", "start"], env, tmp_path)
+        assert "already running" in again.stdout and f"process {api.pid}" in again.stdout
+        second = _das(
+            [*run, "--output", str(tmp_path / "r2"), "--cumulative-total", "2.514562"],
+            env,
+            tmp_path,
+        )
+        assert second.returncode == 0, second.stderr[-3000:]
+        assert "Prefect API" not in second.stderr  # found, not started
+        for name in ("r1", "r2"):
+            run_id = json.loads((tmp_path / name / "audit.json").read_text())["run_id"]
+            keys, logs, state = _posted(api.url, auth, run_id)
+            assert "phsafe-release" in keys and state == "Completed", (name, keys, state)
+            # its last log line too: the process drained its log worker before it ended
+            assert any(f"run {run_id} succeeded" in line for line in logs), name
+        status = _das(["server", "status"], env, tmp_path)
+        assert status.returncode == 0 and f"process {api.pid}" in status.stdout
+        # what reads the runs' posts reads them there: the ledger's witness, the runs
+        verify = _das(["ledger", "verify"], env, tmp_path)
+        assert verify.returncode == 0, verify.stdout + verify.stderr
+        assert f"Prefect server ({api.url}): the ledger holds all" in verify.stdout
+        listed = _das(["runs", "list"], env, tmp_path)
+        assert listed.returncode == 0 and listed.stdout.count("phsafe") >= 2, listed.stdout
+        # killed outright: its record is stale, and the next start replaces it
+        os.killpg(api.pid, signal.SIGKILL)
+        _wait_gone(api.pid)
+        assert _das(["server", "status"], env, tmp_path).returncode == 1
+        restarted = _das(["server", "start"], env, tmp_path)
+        assert restarted.returncode == 0 and "started" in restarted.stdout, restarted.stderr
+        new = local_api.LocalApi(**json.loads((folder / "server.json").read_text()))
+        assert new.pid != api.pid and (folder / "auth").read_text().strip() == auth
+        stopped = _das(["server", "stop"], env, tmp_path)
+        assert stopped.stdout.strip() == f"das server: stopped process {new.pid}"
+        _wait_gone(new.pid)
+        assert not (folder / "server.json").exists()
+        assert _das(["server", "status"], env, tmp_path).returncode == 1
+    finally:
+        _das(["server", "stop"], env, tmp_path)
+
+
+def _wait_gone(pid: int, seconds: float = 30) -> None:
+    """Until ``pid`` is gone (or a zombie: its command line is empty)."""
+    deadline = time.monotonic() + seconds
+    while time.monotonic() < deadline:
+        try:
+            if not Path(f"/proc/{pid}/cmdline").read_bytes():
+                return
+        except OSError:
+            return
+        time.sleep(0.1)
+    raise AssertionError(f"process {pid} still runs after {seconds} s")
+
+
+_POSTED = """
+import json, sys
+from prefect.client.orchestration import get_client
+from prefect.client.schemas.filters import (ArtifactFilter, ArtifactFilterFlowRunId, LogFilter,
+                                            LogFilterFlowRunId)
+with get_client(sync_client=True) as client:
+    found = client.read_artifacts(
+        artifact_filter=ArtifactFilter(flow_run_id=ArtifactFilterFlowRunId(any_=[sys.argv[1]])))
+    run = LogFilterFlowRunId(any_=[sys.argv[1]])
+    logs = client.read_logs(log_filter=LogFilter(flow_run_id=run))
+    state = client.read_flow_run(sys.argv[1]).state.name
+print(json.dumps([sorted({a.key for a in found if a.key}), [l.message for l in logs], state]))
+"""
+
+
+def _posted(url: str, auth: str, flow_run_id: str) -> tuple[set[str], list[str], str]:
+    """One flow run's artifact keys, log messages and state on the server, read with Prefect's
+    client (CSRF and auth on)."""
+    env = {**os.environ, "PREFECT_API_URL": url, "PREFECT_API_AUTH_STRING": auth}
+    out = subprocess.run(
+        [sys.executable, "-c", _POSTED, flow_run_id],
+        env=env, capture_output=True, text=True, check=True, timeout=120,
+    )  # fmt: skip
+    keys, logs, state = json.loads(out.stdout.strip().splitlines()[-1])
+    return set(keys), logs, state
