@@ -69,9 +69,12 @@ class TreeCpu:
     """CPU-seconds of a process and all its descendants (those that outlive it too, such as
     the local API it starts), sampled until :meth:`stop`; with the time of each sample."""
 
-    def __init__(self, pid: int) -> None:
+    def __init__(self, pid: int, *others: int) -> None:
         self.root = psutil.Process(pid)
         self.seen: dict[int, tuple[psutil.Process, float]] = {}
+        self.base: dict[int, float] = {}  # CPU a process had spent before it was counted
+        for other in others:
+            self.add(other)
         self.samples: list[tuple[float, float]] = []
         self._stop = threading.Event()
         self._thread = threading.Thread(target=self._run, daemon=True)
@@ -83,7 +86,7 @@ class TreeCpu:
                 with contextlib.suppress(psutil.Error):
                     times = process.cpu_times()
                     self.seen[process.pid] = (process, times.user + times.system)
-        return sum(cpu for _, cpu in self.seen.values())
+        return sum(cpu - self.base.get(pid, 0.0) for pid, (_, cpu) in self.seen.items())
 
     def _run(self) -> None:
         while not self._stop.is_set():
@@ -91,11 +94,13 @@ class TreeCpu:
             time.sleep(0.05)
 
     def add(self, pid: int) -> None:
-        """Count ``pid`` (and what it starts) from now on, from its start."""
+        """Count the CPU ``pid`` spends from now on (a process that runs already: the local
+        API a later run reuses)."""
         with contextlib.suppress(psutil.Error):
             process = psutil.Process(pid)
             times = process.cpu_times()
             self.seen[pid] = (process, times.user + times.system)
+            self.base[pid] = times.user + times.system
 
     def stop(self) -> float:
         self._stop.set()
@@ -132,20 +137,13 @@ def one_run(product: str, data: Path, output: Path, env: dict[str, str]) -> dict
             "--output", str(output)]  # fmt: skip
     before = load()
     server = local_api_pid(env)
-    server_cpu0 = 0.0
-    if server is not None:
-        with contextlib.suppress(psutil.Error):
-            times = psutil.Process(server).cpu_times()
-            server_cpu0 = times.user + times.system
     started = time.time()
     child = subprocess.Popen(argv, env=env, cwd=output.parent, stdout=subprocess.PIPE,
                              stderr=subprocess.PIPE, text=True)  # fmt: skip
-    tree = TreeCpu(child.pid)
-    if server is not None:
-        tree.add(server)
+    tree = TreeCpu(child.pid, *([] if server is None else [server]))
     _, err = child.communicate()
     wall = time.time() - started
-    cpu = tree.stop() - server_cpu0
+    cpu = tree.stop()
     if child.returncode != 0:
         raise RuntimeError(f"{' '.join(argv)} exited {child.returncode}:\n{err[-3000:]}")
     audit = json.loads((output / "audit.json").read_text())
