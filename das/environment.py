@@ -118,7 +118,9 @@ VARIABLES: tuple[Variable, ...] = (
         "unset (no pin but `trust-root.json` beside the run key)",
         "Path of the trust root the approvers published (`das ledger trust-root`): a run "
         "refuses, before reading any record, a ledger whose charter chain in force does not "
-        "extend it (another ledger, one chartered by one approver, one cut back). The service "
+        "extend it (another ledger, one chartered by one approver, one cut back). A production "
+        "run (a chartered ledger) with no root pinned at all — neither this nor "
+        "`trust-root.json` beside the run key — is refused the same way. The service "
         "account pins it for good by putting the root as `trust-root.json` beside its run key "
         "(`DAS_RUN_KEY`, resolved), which whoever edits a deployment's environment cannot "
         "change; set this in the worker's own environment, not as a deployment variable.",

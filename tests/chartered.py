@@ -69,10 +69,12 @@ def make_chartered(
     quorum: int = 1,
     production_env: bool = True,
     name: str = "ledger",
+    pin: bool = True,
 ) -> Chartered:
     """A chartered ledger at ``tmp_path/name`` whose charter a quorum signed, this process's
     run key (``DAS_RUN_KEY``) its runner, and (``production_env``) the production environment
-    of a run against it (DAS_PRODUCTION, DAS_LEDGER_DIR, DAS_LEDGER_ID)."""
+    of a run against it (DAS_PRODUCTION, DAS_LEDGER_DIR, DAS_LEDGER_ID). Its trust root is
+    pinned beside the run key (``pin``), as a production run requires."""
     keys = tmp_path / f"{name}-keys"
     run_key, _ = key_pair(keys, "run-key")
     monkeypatch.setenv("DAS_RUN_KEY", str(run_key))
@@ -88,6 +90,9 @@ def make_chartered(
         assert das_main(["ledger", "charter", "sign", "--ledger", str(ledger), "--key",
                          str(path)]) == 0  # fmt: skip
     chartered = Chartered(ledger, [p for p, _ in pairs], public, run_key, quorum)
+    if pin:
+        # The service account's pin, as production requires: the root beside its run key.
+        (keys / "trust-root.json").write_bytes(chartered.trust_root().read_bytes())
     if production_env:
         monkeypatch.setenv("DAS_PRODUCTION", "1")
         monkeypatch.setenv("DAS_LEDGER_DIR", str(ledger))

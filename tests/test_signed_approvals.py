@@ -136,6 +136,37 @@ def test_a_run_pinned_to_the_agencys_root_refuses_a_ledger_one_approver_chartere
     assert not [e for e in ledger.entries() if e.kind == "spend-authorized"]
 
 
+def test_attack2_one_approvers_own_ledger_spends_nothing_when_no_root_is_pinned(
+    tmp_path: Path, production: Chartered, monkeypatch: pytest.MonkeyPatch,
+    capsys: pytest.CaptureFixture[str],
+) -> None:  # fmt: skip
+    """Issue 38's second pass, B6: alice's own ledger (quorum 1, the service account's run key
+    its runner), approved by her alone, and a service account that pinned no root: the run is
+    refused before reading a record, with the step that pins one."""
+    config, data = _params(tmp_path), _data(tmp_path)
+    (production.run_key.parent / "trust-root.json").unlink()  # no pin at all
+    monkeypatch.delenv("DAS_TRUST_ROOT", raising=False)
+    own = tmp_path / "own"
+    alice = str(production.approvers[0])
+    assert das_main(["ledger", "init", "--ledger", str(own), "--approvers", str(production.public),
+                     "--quorum", "1", "--key", alice, "--new-history", "--runner-key",
+                     f"{production.run_key}.pub"]) == 0  # fmt: skip
+    assert das_main(["ledger", "approve", "--ledger", str(own), "--product", "safetab-p",
+                     "--config", str(config), "--data", str(data), "--key", alice,
+                     "--new-history"]) == 0  # fmt: skip
+    monkeypatch.setenv("DAS_LEDGER_DIR", str(own))
+    monkeypatch.setenv(
+        "DAS_LEDGER_ID", PrivacyLedger(LedgerStore.in_directory(own)).info().ledger_id
+    )
+    capsys.readouterr()
+    assert _run(config, data, tmp_path / "out") == 2
+    err = capsys.readouterr().err
+    assert "no trust root is pinned" in err and "das ledger trust-root --ledger" in err, err
+    assert not (tmp_path / "out").exists()
+    ledger = PrivacyLedger(LedgerStore.in_directory(own))
+    assert not [e for e in ledger.entries() if e.kind in ("run-opened", "spend-authorized")]
+
+
 def test_one_signature_of_a_quorum_of_two_spends_nothing(
     tmp_path: Path, production: Chartered, capsys: pytest.CaptureFixture[str]
 ) -> None:

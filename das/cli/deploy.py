@@ -301,8 +301,9 @@ def ledger_id(store: LedgerStore, local: bool, root: Path | None = None) -> str:
             where = f"--ledger {store.path.parent}" if store.path else '--url "$DAS_LEDGER_URL"'
             print(f"das deploy: created the local privacy ledger {info.ledger_id} at "
                   f"{info.location}, chartered with the local approver key (quorum 1): "
-                  f"approvals are signed with --key {approver}; its trust root, which "
-                  f"releases are verified against: das ledger trust-root {where} --output "
+                  f"approvals are signed with --key {approver}; its trust root is pinned "
+                  f"beside the run key ({root / 'keys' / 'trust-root.json'}), and releases are "
+                  f"verified against it: das ledger trust-root {where} --output "
                   "trust-root.json", flush=True)  # fmt: skip
             return info.ledger_id
         return PrivacyLedger(store).require_intact().ledger_id
@@ -317,13 +318,16 @@ def create_local_ledger(store: LedgerStore, root: Path) -> Any:
     """A chartered ledger for the local profile (see :func:`local_keys`)."""
     import uuid
 
+    from das.io.atomic import atomic_write_bytes
     from das.trust import (
         CHARTER_NAMESPACE,
+        PINNED_ROOT_FILE,
         PrivacyLedger,
         canonical_json,
         charter_statement,
         ledger_ceilings,
         public_key_of,
+        root_document,
         sign,
     )
 
@@ -338,6 +342,10 @@ def create_local_ledger(store: LedgerStore, root: Path) -> Any:
     ledger = PrivacyLedger.initialize(
         store, limits, ledger_id=ledger_id, charter=(statement, signature)
     )
+    # Its trust root beside the run key, as a production run requires (the pin of this ledger:
+    # a root left there by an earlier local ledger, now gone, is replaced).
+    pin = root_document(ledger.charter_chain().chain)
+    atomic_write_bytes(runner.parent / PINNED_ROOT_FILE, pin)
     return ledger.info()
 
 

@@ -261,8 +261,10 @@ def check_start(
     plan: RunPlan | None = None if parameters is None else parameters.run_plan()
     measurements = plan.measurements if plan is not None else ()
     ledger = open_ledger()
-    check_pinned_roots(ledger.info.ledger_id, ledger.chain.chain, ledger.info.location)
     production = production_mode() or ledger.production
+    check_pinned_roots(
+        ledger.info.ledger_id, ledger.chain.chain, ledger.info.location, production=production
+    )
     check_release_policy(
         request.seed, measurements, cumulative_total=request.cumulative_total,
         production=production,

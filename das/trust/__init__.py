@@ -85,6 +85,7 @@ from das.trust.release_files import (
     read_manifest,
 )
 from das.trust.root import (
+    PINNED_ROOT_FILE,
     RootInvalid,
     TrustRoot,
     check_pinned_roots,
@@ -113,6 +114,7 @@ __all__ = [
     "LEDGER_URL_ENV",
     "MANIFEST",
     "MANIFEST_FORMAT",
+    "PINNED_ROOT_FILE",
     "RUN_KEY_ENV",
     "Approval",
     "ApprovalRequired",

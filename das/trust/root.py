@@ -38,13 +38,16 @@ from __future__ import annotations
 import hashlib
 import json
 import os
+import shlex
 from collections.abc import Collection, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from das.refusal import Remedy
 from das.trust.ledger.charter import CHARTER_NAMESPACE, Charter, charter_record
 from das.trust.ledger.errors import LedgerRefused
+from das.trust.ledger.spending import ledger_option
 from das.trust.run_keys import RUN_KEY_ENV, run_key_path
 from das.trust.signing.canonical import StrictJSONError, strict_loads
 from das.trust.signing.errors import SignatureInvalid
@@ -289,12 +292,30 @@ def check_pinned_roots(
     chain: Sequence[Charter],
     location: str,
     environ: Mapping[str, str] | None = None,
+    *,
+    production: bool = False,
 ) -> None:
     """Refuse (LedgerRefused) a run's ledger — its id, its charters in force, version 1 first —
     that does not extend every trust root pinned for the run (:func:`pinned_roots`): an
     operator's ledger of their own (one approver's charter, even under the production ledger's
-    id) spends nothing here."""
-    for source, path in pinned_roots(environ):
+    id) spends nothing here. A ``production`` run (a chartered ledger, or DAS_PRODUCTION) with
+    no root pinned at all is refused too: else one approver's own ledger (quorum 1, the service
+    account's run key as its runner) would spend under the service account's key."""
+    pins = pinned_roots(environ)
+    if production and not pins:
+        beside = run_key_path(environ).resolve().parent / PINNED_ROOT_FILE
+        raise LedgerRefused(
+            f"no trust root is pinned for this production run (neither {TRUST_ROOT_ENV} nor "
+            f"{beside}): a production run spends only against the ledger its approvers "
+            "published, so that a ledger one approver charters alone spends nothing here. "
+            "Nothing was read or drawn",
+            Remedy(
+                command=f"once the ledger's charter is in force, write its root beside the run "
+                f"key: das ledger trust-root {ledger_option(location)} --output "
+                f"{shlex.quote(str(beside))} (or name the published root in {TRUST_ROOT_ENV})"
+            ),
+        )
+    for source, path in pins:
         try:
             root = read_trust_root(path)
         except RootInvalid as exc:

@@ -1,0 +1,54 @@
+"""Issue 38's second attack pass (on a87e5b7): the attacker holds ONE approver key (alice) of
+a quorum of two and every published release. Each finding has its test here (``B<n>`` as the
+pass named them); each fails on a87e5b7 and passes now.
+
+Fast: ledgers made in process (`das ledger` commands), ed25519 keys, no run, no subprocess.
+"""
+
+from __future__ import annotations
+
+import shlex
+from pathlib import Path
+
+import pytest
+
+from das.cli import main as das_main
+from das.trust import LedgerRefused, LedgerStore, PrivacyLedger, check_pinned_roots, generate_key
+
+# -- B6: a production run needs a pinned trust root ----------------------------------------------
+
+
+def test_attack2_a_production_run_without_a_pinned_root_is_refused_and_the_step_pins_it(
+    tmp_path: Path,
+) -> None:
+    """Alice charters a ledger of her own (quorum 1) naming the service account's run key as
+    its runner: with no root pinned (no DAS_TRUST_ROOT, no trust-root.json beside the run key)
+    a production run against it is refused before anything is read; the next step it prints,
+    run as printed, pins the root of the ledger it names (what the service account does for
+    its agency's ledger), and the run goes on."""
+    service = tmp_path / "service"
+    service.mkdir()
+    generate_key(service / "run-key", "das run key")  # and run-key.pub beside it
+    generate_key(tmp_path / "alice", "alice")
+    own = tmp_path / "own"
+    argv = ["ledger", "init", "--ledger", str(own), "--approvers", str(tmp_path / "alice.pub"),
+            "--quorum", "1", "--key", str(tmp_path / "alice"), "--runner-key",
+            str(service / "run-key.pub")]  # fmt: skip
+    assert das_main(argv) == 0
+    ledger = PrivacyLedger(LedgerStore.in_directory(own))
+    chain, info = ledger.charter_chain(), ledger.info()
+    assert chain.in_force is not None  # in force at once: one approver's ledger
+    environ = {"DAS_RUN_KEY": str(service / "run-key")}
+    with pytest.raises(LedgerRefused, match="no trust root is pinned") as refused:
+        check_pinned_roots(info.ledger_id, chain.chain, info.location, environ, production=True)
+    assert "Nothing was read or drawn" in str(refused.value)
+    check_pinned_roots(info.ledger_id, chain.chain, info.location, environ)  # not production
+    remedy = refused.value.remedy
+    assert remedy is not None and remedy.command is not None
+    command = remedy.command.split(": ", 1)[1].split(" (or ")[0]
+    words = shlex.split(command)
+    assert words[:3] == ["das", "ledger", "trust-root"], command
+    assert das_main(words[1:]) == 0
+    assert (service / "trust-root.json").is_file()
+    check_pinned_roots(info.ledger_id, chain.chain, info.location, environ, production=True)
+
