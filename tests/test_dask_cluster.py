@@ -407,7 +407,7 @@ def test_a_worker_that_does_not_see_the_run_folder_is_refused_before_any_draw(
         "own-disk",
         wrapper=(*own_disk, 'mount -t tmpfs none "$0" && shift && exec "$@"', str(private), "--"),
     )
-    output = private / "out"
+    output = private / "releases" / "out"  # its folder of releases beside the state root
     process = _das_on_cluster(
         cluster, "run", "safetab-p", "--config", str(config), "--data", str(TOY),
         "--output", str(output), "--seed", SEED, "--run-id", "r",

@@ -110,8 +110,8 @@ def lost_host(prefect_stack: PrefectStack) -> LostHost:
     run = stack.trigger(SAFETAB, {"output": str(output), **UNVALIDATED},
                         outside_production(folder / "ledger"))  # fmt: skip
     config = stack.root / "phsafe" / "pr"
-    das_output = folder / "das-run"
-    das_state = folder / "das-run-state"  # its run folders (DAS_STATE_DIR)
+    das_output = folder / "das-releases" / "das-run"  # its releases, in a folder of their own
+    das_state = folder / "das-run-state"  # its run folders (DAS_STATE_DIR), beside that folder
     das_run = subprocess.Popen(
         [str(VENV_BIN / "das"), "run", "phsafe", "--config", str(config / "config.json"),
          "--data", str(config / "input"), "--output", str(das_output), "--seed", "5",

@@ -171,7 +171,7 @@ def test_a_full_disk(tmp_path: Path) -> None:
         'dd if=/dev/zero of="$0/filler" bs=4k count=250 2>/dev/null; '
         'exec "$@"'
     )
-    done = _das(tmp_path, *_run_args(small / "out", tmp_path / "ledger"),
+    done = _das(tmp_path, *_run_args(small / "releases" / "out", tmp_path / "ledger"),
                 env={"PREFECT_API_URL": str(PREFECT_API_URL.value()),
                      "DAS_STATE_DIR": str(small / "state")},  # the run folder on that disk
                 prefix=("unshare", "-m", "sh", "-c", script, str(small)))  # fmt: skip

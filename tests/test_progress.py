@@ -274,7 +274,7 @@ def test_a_piped_das_run_says_what_it_starts_and_prints_each_line_once(tmp_path:
     """`das run` as an operator pipes it (stderr not a terminal), with no Prefect server: it
     says that it starts the local API (`das server`) before anything else takes time, prints
     each progress line once, and none of Prefect's per-task lines — which its run log keeps."""
-    data, out = tmp_path / "st", tmp_path / "out"
+    data, out = tmp_path / "st", tmp_path / "releases" / "out"  # releases/ beside state/
     assert das_main(["synth", "safetab-p", "--output", str(data), "--persons", "500",
                      "--seed", "3"]) == 0  # fmt: skip
     base = {k: v for k, v in os.environ.items() if not k.startswith(("PREFECT_", "DAS_"))}

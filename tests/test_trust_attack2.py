@@ -52,3 +52,26 @@ def test_attack2_a_production_run_without_a_pinned_root_is_refused_and_the_step_
     assert (service / "trust-root.json").is_file()
     check_pinned_roots(info.ledger_id, chain.chain, info.location, environ, production=True)
 
+
+# -- B2: run state beside the first release ------------------------------------------------------
+
+
+def test_attack2_a_state_root_beside_the_first_output_is_refused_by_name(tmp_path: Path) -> None:
+    """`DAS_STATE_DIR=$X/releases/state das run … --output $X/releases/r1` — no release there
+    yet — put noise, spilled records and run.log in the folder of releases: an output beside
+    the state root (resolved: a link to it too) is refused now, before anything is written,
+    with the next step; the side-by-side layout (releases/ and state/) is not."""
+    from das.refusal import RunRefused
+    from das.runs.folder import RunFolder, check_output_place
+
+    releases, state = tmp_path / "releases", tmp_path / "releases" / "state"
+    (tmp_path / "elsewhere").mkdir()
+    (tmp_path / "elsewhere" / "st").symlink_to(state, target_is_directory=True)
+    for named in (state, tmp_path / "elsewhere" / "st"):
+        with pytest.raises(RunRefused, match="beside the runs' state root") as refused:
+            check_output_place(releases / "r1", named)
+        assert "Choose a state root outside the releases folder" in str(refused.value)
+    assert not state.exists()
+    check_output_place(releases / "r1", tmp_path / "state")  # releases/ and state/ side by side
+    RunFolder(releases / "r1", "r1", tmp_path / "state").create()
+    assert not releases.exists()

@@ -131,8 +131,9 @@ def check_state_place(state: Path) -> None:
 def check_output_place(output: Path, state: Path) -> None:
     """Refuse an output that would put a release where run state or another release is: inside
     a release (a folder holding a MANIFEST.json), inside a run's work folder (``*.das``), inside
-    the state root — or an output that holds the state root; and a state root a release could
-    carry out (:func:`check_state_place`). Said by name."""
+    the state root or beside it (its folder is a folder of releases) — or an output that holds
+    the state root; and a state root a release could carry out (:func:`check_state_place`).
+    Said by name; resolved."""
     from das.refusal import RunRefused
 
     check_state_place(state)
@@ -148,6 +149,16 @@ def check_output_place(output: Path, state: Path) -> None:
         raise RunRefused(
             f"the output {output} is inside the runs' state root {state} ({STATE_ENV}), where "
             "confidential run state lives. Choose an output outside it"
+        )
+    if output.parent == state.parent:
+        # An output's folder is a folder of releases (the ledger's check reads an output's
+        # siblings as its fellow releases): publishing it would publish the state root too.
+        raise RunRefused(
+            f"the output {output} is beside the runs' state root {state} ({STATE_ENV}), in "
+            f"{output.parent}: that is the folder of its releases, and publishing it would "
+            "publish run state — noise, spilled records, true counts. Choose a state root "
+            f"outside the releases folder ({STATE_ENV}; unset, the default "
+            "${XDG_STATE_HOME:-~/.local/state}/das), or outputs in a folder of their own"
         )
     for ancestor in output.parents:
         if (ancestor / "MANIFEST.json").is_file():
