@@ -75,3 +75,43 @@ def test_attack2_a_state_root_beside_the_first_output_is_refused_by_name(tmp_pat
     check_output_place(releases / "r1", tmp_path / "state")  # releases/ and state/ side by side
     RunFolder(releases / "r1", "r1", tmp_path / "state").create()
     assert not releases.exists()
+
+
+# -- B3: a link inside the state root ------------------------------------------------------------
+
+
+def test_attack2_a_link_inside_the_state_root_is_refused_where_run_state_is_created(
+    tmp_path: Path,
+) -> None:
+    """`ln -s $X/pubs/pub-release st/runs`, then `DAS_STATE_DIR=st das run …`: the run wrote
+    its run folder (noise, work) into the published release — only the state root was
+    resolved. A link anywhere from the state root down to what the run writes (``runs``, the
+    run folder, a pre-made run folder's ``noise`` or ``work``) is refused now, by name, and
+    nothing is written through it."""
+    from das.refusal import RunRefused
+    from das.runs.folder import RunFolder
+
+    published = tmp_path / "pubs" / "pub-release"
+    published.mkdir(parents=True)
+    (published / "MANIFEST.json").write_text("{}")
+    output = tmp_path / "out" / "r1"
+    state = tmp_path / "st"
+    state.mkdir()
+    (state / "runs").symlink_to(published, target_is_directory=True)
+    with pytest.raises(RunRefused, match="a link to") as refused:
+        RunFolder(output, "r1", state).create()
+    assert str(state / "runs") in str(refused.value)
+    assert sorted(p.name for p in published.iterdir()) == ["MANIFEST.json"]
+    (state / "runs").unlink()
+    premade = state / "runs" / "r1"
+    premade.mkdir(parents=True)
+    (premade / "noise").symlink_to(published, target_is_directory=True)
+    with pytest.raises(RunRefused, match="noise"):
+        RunFolder(output, "r1", state).create()
+    (premade / "noise").unlink()
+    (premade / "run.log").symlink_to(published / "MANIFEST.json")
+    with pytest.raises(RunRefused, match="run.log"):
+        RunFolder(output, "r1", state).create()
+    (premade / "run.log").unlink()
+    assert RunFolder(output, "r1", state).create().noise_dir.is_dir()  # no link: made
+    assert sorted(p.name for p in published.iterdir()) == ["MANIFEST.json"]

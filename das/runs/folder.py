@@ -128,6 +128,20 @@ def check_state_place(state: Path) -> None:
                 )
 
 
+def _links_below(root: Path, parts: tuple[str, ...]) -> list[Path]:
+    """The symbolic links on the way from ``root`` down ``parts`` (the first one met), else
+    those anywhere under the folder they lead to (not followed)."""
+    path = root
+    for part in parts:
+        path = path / part
+        if path.is_symlink():
+            return [path]
+    found: list[Path] = []
+    for folder, dirs, files in os.walk(path):  # links are not followed, only listed
+        found += [Path(folder) / n for n in (*dirs, *files) if (Path(folder) / n).is_symlink()]
+    return sorted(found)
+
+
 def check_output_place(output: Path, state: Path) -> None:
     """Refuse an output that would put a release where run state or another release is: inside
     a release (a folder holding a MANIFEST.json), inside a run's work folder (``*.das``), inside
@@ -244,9 +258,28 @@ class RunFolder:
         """True when a run with this id has left state behind (a rerun)."""
         return self.root.is_dir()
 
-    def create(self) -> RunFolder:
+    def check_place(self) -> None:
+        """Refuse (RunRefused) to keep this run's state where a release would carry it: the
+        state root as :func:`check_state_place` says, and no link from it down to what the run
+        writes — ``runs``, the run folder and everything in it (a pre-made run folder, its
+        ``noise`` or ``work``) — since only the state root itself is resolved: a ``runs`` link
+        into a published release would put the run's noise and records there."""
+        from das.refusal import RunRefused
+
         assert self.state is not None
-        check_state_place(self.state)  # never create run state where a release would carry it
+        check_state_place(self.state)
+        links = _links_below(self.state.resolve(), ("runs", self.run_id))
+        if links:
+            path = links[0]
+            raise RunRefused(
+                f"the run folder {self.root} reaches {path}, a link to {path.resolve()}: run "
+                "state — noise, spilled records, true counts — is written only in the state "
+                f"root's own folders, never through a link (it may lead into a release). "
+                f"Remove the link, or choose another state root ({STATE_ENV})"
+            )
+
+    def create(self) -> RunFolder:
+        self.check_place()  # never create run state where a release would carry it
         for folder in (self.noise_dir, self.accountants_dir, self.validation_dir):
             folder.mkdir(parents=True, exist_ok=True)
         return self

@@ -284,6 +284,7 @@ def check_start(
     if folder is not None:
         assert folder.state is not None
         check_output_place(folder.release_dir, folder.state)
+        folder.check_place()
         anchors = release_anchor_problems(ledger.ledger, ledger.info, folder.release_dir)
         if anchors:
             raise LedgerRefused(
