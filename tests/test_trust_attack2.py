@@ -110,7 +110,7 @@ def test_attack2_a_link_inside_the_state_root_is_refused_where_run_state_is_crea
         RunFolder(output, "r1", state).create()
     (premade / "noise").unlink()
     (premade / "run.log").symlink_to(published / "MANIFEST.json")
-    with pytest.raises(RunRefused, match="run.log"):
+    with pytest.raises(RunRefused, match=r"run\.log"):
         RunFolder(output, "r1", state).create()
     (premade / "run.log").unlink()
     assert RunFolder(output, "r1", state).create().noise_dir.is_dir()  # no link: made
