@@ -88,6 +88,21 @@ def test_the_procedure_refuses_the_forgeries(made: Certified, root: Path, tmp_pa
     assert not proven and "not the published trust root" in output
 
 
+def test_attack2_the_procedure_refuses_a_folder_no_certified_file_is_in(
+    made: Certified, root: Path, tmp_path: Path
+) -> None:
+    """Issue 38's second pass, B4: the procedure proved a release with an extra empty folder,
+    whose name can carry data (`das release verify` refuses it)."""
+    genuine = made.release(tmp_path / "genuine")
+    for folder in ("true-count-TRACT-0101-is-17", "t1/leak"):  # at the top, in a table's
+        empty = shutil.copytree(genuine, tmp_path / f"empty-{folder[:2]}", symlinks=True)
+        (empty / folder).mkdir()
+        assert outsider_check(root, empty) == (
+            False,
+            "NOT PROVEN: a folder no certified file is in\n",
+        ), folder
+
+
 def test_the_procedure_counts_distinct_approvers(
     made: Certified, root: Path, tmp_path: Path
 ) -> None:
