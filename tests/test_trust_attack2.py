@@ -115,3 +115,32 @@ def test_attack2_a_link_inside_the_state_root_is_refused_where_run_state_is_crea
     (premade / "run.log").unlink()
     assert RunFolder(output, "r1", state).create().noise_dir.is_dir()  # no link: made
     assert sorted(p.name for p in published.iterdir()) == ["MANIFEST.json"]
+
+
+# -- B5: names printed raw -----------------------------------------------------------------------
+
+
+def test_attack2_a_file_name_cannot_make_a_release_look_proven(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """A file named ``ESC[1A ESC[2K CR r6: PROVEN — … ESC[8m`` dropped into a release made a
+    terminal show PROVEN for a NOT PROVEN release (exit 1): every line `das release verify`
+    prints has its control characters escaped now, the name shown so (with JSON's own
+    escaping under --json)."""
+    from certified import make_certified
+
+    made = make_certified(tmp_path / "production")
+    release = made.release(tmp_path / "r6")
+    name = "\x1b[1A\x1b[2K\rr6: PROVEN — a private safetab-p release \x1b[8m"
+    (release / name).write_text("1|2|3\n")
+    root = tmp_path / "trust-root.json"
+    assert das_main(["ledger", "trust-root", "--ledger", str(made.ledger.store.path.parent),
+                     "--output", str(root)]) == 0  # fmt: skip
+    capsys.readouterr()
+    assert das_main(["release", "verify", str(release), "--trust-root", str(root)]) == 1
+    out = capsys.readouterr().out
+    assert not any(c in out for c in "\x1b\r"), repr(out)
+    assert out.startswith(f"{release}: NOT PROVEN\n")
+    assert "\\x1b[1A\\x1b[2K\\rr6: PROVEN" in out  # the name, escaped: seen for what it is
+    assert das_main(["release", "verify", str(release), "--trust-root", str(root), "--json"]) == 1
+    assert "\x1b" not in capsys.readouterr().out

@@ -139,6 +139,13 @@ def _verify(args: argparse.Namespace) -> int:
 
 
 def _print(proof: Any) -> None:
+    """A proof in words, each line :func:`~das.trust.printable`: what the release holds (its
+    files' names, its statements' text) never reaches the terminal as a control character."""
+    from das.trust import printable
+
+    def say(line: str) -> None:
+        print(printable(line))
+
     facts = proof.facts
     if proof.proven:
         spend = ", ".join(
@@ -147,7 +154,7 @@ def _print(proof: Any) -> None:
             for item in facts.get("spend") or []
         )
         charter = facts["charter"]
-        print(
+        say(
             f"{proof.release}: PROVEN — a private {facts['product']} release of run "
             f"{facts['run_id']}, spend {spend} {facts['spend'][0]['definition']}, under charter "
             f"version {charter['version']} of ledger {facts['ledger']['id']} (trust root "
@@ -155,16 +162,16 @@ def _print(proof: Any) -> None:
             f"{len(facts['approved_by'])} of the {charter['quorum']} approvers it needs:"
         )
         for signer in facts["approved_by"]:
-            print(f"  {signer}")
-        print(f"  certificate signed by run key {', '.join(facts['signed_by_run_key'])}")
+            say(f"  {signer}")
+        say(f"  certificate signed by run key {', '.join(facts['signed_by_run_key'])}")
         return
-    print(f"{proof.release}: NOT PROVEN")
+    say(f"{proof.release}: NOT PROVEN")
     for problem in proof.problems:
-        print(f"  - {problem}")
+        say(f"  - {problem}")
 
 
 def _check_root(args: argparse.Namespace) -> int:
-    from das.trust import RootInvalid, extension_problems, read_trust_root
+    from das.trust import RootInvalid, extension_problems, printable, read_trust_root
 
     try:
         held = read_trust_root(args.trust_root)
@@ -173,22 +180,24 @@ def _check_root(args: argparse.Namespace) -> int:
     try:
         new = read_trust_root(args.new)
     except RootInvalid as exc:
-        print(f"{args.new}: DOES NOT EXTEND the pinned root: {exc}")
+        print(printable(f"{args.new}: DOES NOT EXTEND the pinned root: {exc}"))
         return EXIT_NOT_PROVEN
     problems = extension_problems(new, held)
     if problems:
-        print(f"{args.new}: DOES NOT EXTEND the pinned root ({held.describe()}):")
+        print(printable(f"{args.new}: DOES NOT EXTEND the pinned root ({held.describe()}):"))
         for problem in problems:
-            print(f"  - {problem}")
+            print(printable(f"  - {problem}"))
         return EXIT_NOT_PROVEN
     added = new.newest.version - held.newest.version
     print(
-        f"{args.new}: EXTENDS the pinned root — {new.describe()}, SHA-256 {new.digest}: "
-        + (
-            f"charter version(s) {held.newest.version + 1} to {new.newest.version} each signed "
-            "by a quorum of the one before; pin it in place of the one you hold"
-            if added
-            else "the same chain as the one you hold"
+        printable(
+            f"{args.new}: EXTENDS the pinned root — {new.describe()}, SHA-256 {new.digest}: "
+            + (
+                f"charter version(s) {held.newest.version + 1} to {new.newest.version} each signed "
+                "by a quorum of the one before; pin it in place of the one you hold"
+                if added
+                else "the same chain as the one you hold"
+            )
         )
     )
     return EXIT_PROVEN

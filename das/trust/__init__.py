@@ -98,7 +98,7 @@ from das.trust.signing.canonical import canonical_json
 from das.trust.signing.errors import SignatureInvalid, SigningError
 from das.trust.signing.keys import PublicKey, generate_key, load_keys_file, public_key_of
 from das.trust.signing.sshsig import sign
-from das.trust.text import shown
+from das.trust.text import printable, shown
 from das.trust.verifier import verify_release, verify_releases
 
 __all__ = [
@@ -156,6 +156,7 @@ __all__ = [
     "load_keys_file",
     "open_ledger",
     "parse_total",
+    "printable",
     "public_key_of",
     "read_manifest",
     "read_trust_root",

@@ -36,6 +36,7 @@ from das.trust.signing.canonical import StrictJSONError, canonical_json, sha256_
 from das.trust.signing.dsse import verify_envelope
 from das.trust.signing.errors import SignatureInvalid
 from das.trust.signing.keys import PublicKey
+from das.trust.text import shown
 
 NO_ROOT = (
     "no trust root: the charter chain, the approvers and the quorum were read from the release "
@@ -260,19 +261,22 @@ def _check_files(release: Path, statement_doc: Mapping[str, Any], problems: list
     for path in sorted(release.rglob("*")):
         name = path.relative_to(release).as_posix()
         if path.is_symlink() or not (path.is_file() or path.is_dir()):
-            problems.append(f"{name} is not a regular file (a link, a pipe, a device)")
+            problems.append(f"{shown(name, None)} is not a regular file (a link, a pipe, a device)")
         elif path.is_dir() and not any(i == name or i.startswith(name + "/") for i in implied):
             problems.append(
-                f"{name}/ is a folder no certified file is in (added after publication)"
+                f"{shown(name, None)}/ is a folder no certified file is in (added after "
+                "publication)"
             )
     present = file_digests(release)
     for name in sorted(set(present) - set(certified)):
-        problems.append(f"{name} is in the release but not certified (added after publication)")
+        problems.append(
+            f"{shown(name, None)} is in the release but not certified (added after publication)"
+        )
     for name in sorted(set(certified) - set(present)):
-        problems.append(f"{name} is certified but missing from the release")
+        problems.append(f"{shown(name, None)} is certified but missing from the release")
     for name in sorted(set(certified) & set(present)):
         if certified[name] != present[name]:
-            problems.append(f"{name} differs from the certified file")
+            problems.append(f"{shown(name, None)} differs from the certified file")
     try:
         manifest = strict_loads((release / MANIFEST).read_bytes())
         listed = set(manifest.get("files", {}))
@@ -281,9 +285,9 @@ def _check_files(release: Path, statement_doc: Mapping[str, Any], problems: list
         return
     beside = set(present) - {MANIFEST}
     for name in sorted(beside - listed):
-        problems.append(f"{name} is not listed by the MANIFEST")
+        problems.append(f"{shown(name, None)} is not listed by the MANIFEST")
     for name in sorted(listed - beside):
-        problems.append(f"{name} is listed by the MANIFEST but missing")
+        problems.append(f"{shown(name, None)} is listed by the MANIFEST but missing")
 
 
 def _check_audit(release: Path, predicate: Mapping[str, Any], problems: list[str]) -> None:
@@ -330,7 +334,7 @@ def _verify(
 ) -> None:
     problems = proof.problems
     if not release.is_dir():
-        problems.append(f"{release} is not a folder")
+        problems.append(f"{shown(release, None)} is not a folder")
         return
     try:
         envelope = _read_envelope(release)
