@@ -144,3 +144,21 @@ def test_attack2_a_file_name_cannot_make_a_release_look_proven(
     assert "\\x1b[1A\\x1b[2K\\rr6: PROVEN" in out  # the name, escaped: seen for what it is
     assert das_main(["release", "verify", str(release), "--trust-root", str(root), "--json"]) == 1
     assert "\x1b" not in capsys.readouterr().out
+
+
+def test_attack2_das_ledger_verify_release_prints_a_file_name_escaped(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """The same kind of name in a release `das ledger verify --release` reports (inside the
+    enclave): escaped too."""
+    from certified import make_certified
+    from test_trust_ledger_verify import _published
+
+    made = make_certified(tmp_path / "production")
+    release = _published(made, tmp_path / "r6")
+    (release / "\x1b[2K\rr6: as recorded\x1b[8m").write_text("1|2|3\n")
+    capsys.readouterr()
+    das_main(["ledger", "verify", "--ledger", str(made.ledger.store.path.parent), "--no-prefect",
+              "--release", str(release)])  # fmt: skip
+    out = capsys.readouterr().out
+    assert "\\x1b[2K\\rr6: as recorded" in out and not any(c in out for c in "\x1b\r"), out

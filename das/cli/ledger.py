@@ -893,7 +893,7 @@ def _witnessed(ledger: Any, info: Any) -> dict[str, Any]:
 
 def _verify(args: argparse.Namespace) -> int:
     from das.runs.faults import EXIT_INFRASTRUCTURE
-    from das.trust import release_problems
+    from das.trust import printable, release_problems
 
     ledger = _ledger(args)
     info = ledger.info()
@@ -945,9 +945,10 @@ def _verify(args: argparse.Namespace) -> int:
                 _say("  note: the server saw other ledgers at this location before: "
                      + ", ".join(witness["other_ledgers_here"]))  # fmt: skip
         for release, problems in result["releases"].items():
-            _say(f"release {release}: " + ("as recorded" if not problems else "DOES NOT MATCH"))
+            verdict = "as recorded" if not problems else "DOES NOT MATCH"
+            _say(printable(f"release {release}: {verdict}"))
             for problem in problems:
-                _say(f"  - {problem}")
+                _say(printable(f"  - {problem}"))  # names of the release's files, escaped
     if ok and result["prefect"] is not None and not witness["checked"]:
         return EXIT_INFRASTRUCTURE
     return EXIT_OK if ok else EXIT_PROBLEMS
