@@ -53,6 +53,30 @@ def test_attack2_a_production_run_without_a_pinned_root_is_refused_and_the_step_
     check_pinned_roots(info.ledger_id, chain.chain, info.location, environ, production=True)
 
 
+def test_attack2_das_deploy_says_when_the_run_key_has_no_pinned_root(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """`das deploy` (production) with a run key whose folder holds no trust root says so, with
+    the command that pins it, which works as printed; with the pin, nothing is said."""
+    from certified import make_certified
+
+    from das.cli.deploy import _note_missing_pin
+
+    made = make_certified(tmp_path / "production")
+    service = tmp_path / "service"
+    service.mkdir()
+    generate_key(service / "run-key", "das run key")
+    capsys.readouterr()
+    _note_missing_pin(str(service / "run-key"), made.ledger.store)
+    note = capsys.readouterr().out
+    assert "no trust root beside the run key" in note
+    assert das_main(shlex.split(note.split(": ")[-1])[1:]) == 0
+    assert (service / "trust-root.json").is_file()
+    capsys.readouterr()
+    _note_missing_pin(str(service / "run-key"), made.ledger.store)
+    assert capsys.readouterr().out == ""
+
+
 # -- B2: run state beside the first release ------------------------------------------------------
 
 

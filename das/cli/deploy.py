@@ -44,6 +44,7 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import shlex
 import shutil
 import subprocess
 import sys
@@ -314,6 +315,22 @@ def ledger_id(store: LedgerStore, local: bool, root: Path | None = None) -> str:
         ) from None
 
 
+def _note_missing_pin(run_key: str | None, store: LedgerStore) -> None:
+    """Say so when the run key's folder holds no trust root: every production run of these
+    deployments is refused until the service account pins one (das.trust.root)."""
+    from das.trust import PINNED_ROOT_FILE
+
+    if not run_key or not Path(run_key).exists():
+        return  # the key is on the worker hosts, not here: the run itself checks
+    pin = Path(run_key).resolve().parent / PINNED_ROOT_FILE
+    if not pin.exists():
+        where = f"--ledger {store.path.parent}" if store.path else '--url "$DAS_LEDGER_URL"'
+        print(f"das deploy: note: no trust root beside the run key ({pin}): every production "
+              "run is refused until the service account pins its ledger's root there, once its "
+              f"charter is in force: das ledger trust-root {where} --output "
+              f"{shlex.quote(str(pin))}", flush=True)  # fmt: skip
+
+
 def create_local_ledger(store: LedgerStore, root: Path) -> Any:
     """A chartered ledger for the local profile (see :func:`local_keys`)."""
     import uuid
@@ -490,6 +507,7 @@ def deploy_command(args: argparse.Namespace) -> int:
             print(f"das deploy: error: {exc}", file=sys.stderr)
             return EXIT_USAGE
         values.update(ledger[1], das_ledger_id=identity)
+        _note_missing_pin(values.get("das_run_key"), ledger[0])
     else:
         values.update(dict.fromkeys(LEDGER_VARIABLES))
     try:
