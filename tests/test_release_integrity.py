@@ -518,10 +518,22 @@ def test_a_new_emptied_or_swapped_ledger_is_refused_not_read_as_no_spend(
     _approve(config, data, "safetab-p", "--new-history")  # told: approved in another ledger
     assert _run(config, data, releases / "{run_id}", "--run-id", "r2") == 2
     assert "points at another ledger" in capfd.readouterr().err
-    # ... and with the pin changed too, the release beside the output was recorded elsewhere.
+    # ... and with DAS_LEDGER_ID changed too, the trust root pinned beside the run key refuses
+    # it; with that pin moved aside and the fresh ledger's own root pinned in its place, the
+    # release beside the output was still recorded elsewhere.
     monkeypatch.setenv("DAS_LEDGER_ID", _ledger_id(tmp_path / "fresh"))
     assert _run(config, data, releases / "{run_id}", "--run-id", "r2") == 2
+    assert "does not extend the trust root" in capfd.readouterr().err
+    pin = CHARTERS[str(ledger)].run_key.parent / "trust-root.json"
+    pin.rename(pin.with_name("agency-trust-root.json"))
+    fresh_root = tmp_path / "fresh-trust-root.json"
+    assert das_main(["ledger", "trust-root", "--ledger", str(tmp_path / "fresh"), "--output",
+                     str(fresh_root)]) == 0  # fmt: skip
+    monkeypatch.setenv("DAS_TRUST_ROOT", str(fresh_root))
+    assert _run(config, data, releases / "{run_id}", "--run-id", "r2") == 2
     assert "was recorded in ledger" in capfd.readouterr().err
+    monkeypatch.delenv("DAS_TRUST_ROOT")
+    pin.with_name("agency-trust-root.json").rename(pin)
     monkeypatch.setenv("DAS_LEDGER_ID", json.loads(
         (releases / "r1" / "MANIFEST.json").read_text())["ledger"]["id"])  # fmt: skip
     # The real ledger truncated to 0 bytes.
