@@ -632,6 +632,7 @@ def test_a_prefect_server_that_never_saw_the_ledger_vouches_for_nothing(
     monkeypatch.setattr(witness, "_recorded", witness_recorded)
     monkeypatch.setenv("DAS_LEDGER_DIR", str(plain))
     monkeypatch.delenv("DAS_LEDGER_ID")
+    monkeypatch.delenv("DAS_RUN_KEY")  # the operator's own key: the service account's is pinned
     assert das_main(["ledger", "init", "--ledger", str(plain)]) == 0
     assert _run(config, data, tmp_path / "elsewhere" / "fourth") == 0
     monkeypatch.setattr(witness, "_recorded", lambda like: iter(()))  # the other server

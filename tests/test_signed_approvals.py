@@ -248,6 +248,7 @@ def test_2_a_second_ledger_needs_the_approvers_and_they_are_told(
     # an operator's own second ledger, without a charter: its release proves nothing
     monkeypatch.delenv("DAS_PRODUCTION")
     monkeypatch.delenv("DAS_LEDGER_ID")
+    monkeypatch.delenv("DAS_RUN_KEY")  # the operator's own key: the service account's is pinned
     own = tmp_path / "own"
     assert das_main(["ledger", "init", "--ledger", str(own)]) == 0
     monkeypatch.setenv("DAS_LEDGER_DIR", str(own))
@@ -383,6 +384,9 @@ def test_a_run_key_the_charter_does_not_name_draws_nothing(
     other, _ = key_pair(tmp_path / "other", "operator-key")
     monkeypatch.setenv("DAS_RUN_KEY", str(other))
     capsys.readouterr()
+    assert _run(config, data, tmp_path / "out") == 2  # no root pinned beside that key
+    assert "no trust root is pinned" in capsys.readouterr().err
+    monkeypatch.setenv("DAS_TRUST_ROOT", str(production.trust_root()))  # pinned, not a runner
     assert _run(config, data, tmp_path / "out") == 2
     assert "is not a runner of the charter" in capsys.readouterr().err
 
