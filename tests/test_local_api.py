@@ -7,6 +7,7 @@ from __future__ import annotations
 import json
 import os
 import signal
+import ssl
 import stat
 import subprocess
 import sys
@@ -117,7 +118,8 @@ def test_a_process_finds_the_api_it_already_uses(
     first run started (and runs inside Prefect settings that name it), not to a temporary API
     that Prefect would start for settings read before the environment named it."""
     _FakeServers(monkeypatch, tmp_path / "api")
-    for name in ("PREFECT_API_URL", "PREFECT_API_AUTH_STRING"):  # use() sets them: restored
+    for name in ("PREFECT_API_URL", "PREFECT_API_AUTH_STRING", local_api.CLIENT_TRUST_ENV):
+        # use() sets them: restored
         monkeypatch.setenv(name, "")
         monkeypatch.delenv(name)
     monkeypatch.setattr(local_api, "_in_use", None)
@@ -129,6 +131,28 @@ def test_a_process_finds_the_api_it_already_uses(
     assert again.started is False
     monkeypatch.setenv("PREFECT_API_URL", "http://127.0.0.1:4200/api")  # another server named
     assert local_api.in_use() is None
+
+
+def test_its_clients_load_a_trust_store_of_one_certificate(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Prefect's client builds a TLS context for each client it makes: pointed at the local
+    API (plain HTTP), it loads one certificate that verifies nothing rather than certifi's
+    roots (~20 ms CPU each, 28 clients a PHSafe run); a trust store the user set is kept."""
+    _FakeServers(monkeypatch, tmp_path / "api")
+    found = local_api.start()
+    environ = {local_api.LOCAL_API_DIR_ENV: str(tmp_path / "api")}
+    local_api.use(found, environ)
+    trust = Path(environ[local_api.CLIENT_TRUST_ENV])
+    assert trust.parent == tmp_path / "api"
+    context = ssl.create_default_context(cafile=str(trust))
+    assert context.cert_store_stats() == {"x509": 1, "crl": 0, "x509_ca": 0}
+    again = {**environ}
+    local_api.use(found, again)  # made once, then reused
+    assert again[local_api.CLIENT_TRUST_ENV] == str(trust)
+    mine = {local_api.LOCAL_API_DIR_ENV: str(tmp_path / "api"), local_api.CLIENT_TRUST_ENV: "/x"}
+    local_api.use(found, mine)
+    assert mine[local_api.CLIENT_TRUST_ENV] == "/x"
 
 
 def _environment(home: Path) -> dict[str, str]:

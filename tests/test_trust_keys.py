@@ -4,6 +4,8 @@ harmless; typed text never prints as something else."""
 
 from __future__ import annotations
 
+import threading
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 import pytest
@@ -19,6 +21,24 @@ def test_the_per_user_run_key_is_made_once_and_reused(tmp_path: Path) -> None:
     assert (path.stat().st_mode & 0o777, run_key(environ)) == (0o600, (path, key))
     with pytest.raises(RunRefused, match="missing or not a regular file"):
         run_key({"XDG_DATA_HOME": str(tmp_path / "other")}, create=False)
+
+
+def test_first_runs_at_once_make_one_per_user_run_key_and_all_use_it(tmp_path: Path) -> None:
+    """Two first runs of a home at once both found no key: one wrote it, the other stopped
+    with "run-key already exists" (or read it half written). Now one makes it, all use it."""
+    for home in range(12):
+        environ = {"XDG_DATA_HOME": str(tmp_path / f"data{home}")}
+        start = threading.Barrier(6)
+
+        def first_run(
+            _: int, environ: dict[str, str] = environ, start: threading.Barrier = start
+        ) -> object:
+            start.wait()
+            return run_key(environ)
+
+        with ThreadPoolExecutor(6) as pool:
+            keys = set(pool.map(first_run, range(6)))
+        assert len(keys) == 1
 
 
 def test_a_named_run_key_must_exist_be_private_and_be_a_key(tmp_path: Path) -> None:

@@ -278,7 +278,12 @@ def _start_local_api(product: str, announced: tuple[Any, float] | None) -> Itera
     import time
 
     from prefect.client.orchestration import get_client
-    from prefect.settings import PREFECT_API_AUTH_STRING, PREFECT_API_URL, temporary_settings
+    from prefect.settings import (
+        PREFECT_API_AUTH_STRING,
+        PREFECT_API_SSL_CERT_FILE,
+        PREFECT_API_URL,
+        temporary_settings,
+    )
 
     from das.cli import server as local_api
 
@@ -303,6 +308,9 @@ def _start_local_api(product: str, announced: tuple[Any, float] | None) -> Itera
             flush=True,
         )
     updates = {PREFECT_API_URL: found.api.url, PREFECT_API_AUTH_STRING: found.auth}
+    trust = os.environ.get(local_api.CLIENT_TRUST_ENV)
+    if trust:  # the one-certificate trust store use() named (a quicker TLS context per client)
+        updates[PREFECT_API_SSL_CERT_FILE] = trust
     with temporary_settings(updates=updates):
         yield
 

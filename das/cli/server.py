@@ -10,8 +10,9 @@ server. It stays up until ``das server stop`` (or the machine restarts).
 - **Where it lives**: ``DAS_LOCAL_API_DIR``, else
   ``${XDG_STATE_HOME:-~/.local/state}/das/local-api``, a folder only its owner can open:
   ``server.json`` (its process id, port and Prefect version), ``auth`` (its auth string,
-  ``das:`` and a random password, mode 0600), ``server.log`` and Prefect's home with its
-  SQLite database (``prefect/prefect.db``).
+  ``das:`` and a random password, mode 0600), ``server.log``, ``client-trust.pem`` (the
+  one-certificate trust store of its clients' TLS contexts: :func:`_client_trust`) and
+  Prefect's home with its SQLite database (``prefect/prefect.db``).
 - **Loopback only, authenticated**: it listens on ``127.0.0.1`` on a free port and answers
   nobody without its auth string (basic auth, CSRF protection on), as `das prefect server
   start` does; each run reads the string from ``auth``. Telemetry off.
@@ -208,6 +209,46 @@ def _auth(folder: Path) -> str:
     return read_secret_file(path, LOCAL_API_DIR_ENV + "/auth")
 
 
+# Prefect's client builds a TLS context for every client it makes (28 in a 100 k-person PHSafe
+# run), loading certifi's ~140 roots each time: ~20 ms CPU each, 0.6 CPU-s a run. The local API
+# is plain HTTP on loopback, so its clients load this file of one certificate instead.
+CLIENT_TRUST_ENV = "PREFECT_API_SSL_CERT_FILE"
+
+
+def _client_trust(folder: Path) -> Path:
+    """A trust store for Prefect's clients of the local API, made once: one self-signed
+    certificate, valid for no time at all, whose key was never kept, so that it verifies
+    nothing (the local API speaks plain HTTP on loopback; no TLS peer is ever checked
+    against it)."""
+    path = folder / "client-trust.pem"
+    if path.exists():
+        return path
+    import datetime
+
+    from cryptography import x509
+    from cryptography.hazmat.primitives.asymmetric import ed25519
+    from cryptography.hazmat.primitives.serialization import Encoding
+    from cryptography.x509.oid import NameOID
+
+    key = ed25519.Ed25519PrivateKey.generate()
+    name = x509.Name([x509.NameAttribute(NameOID.COMMON_NAME, "das local API: trusts nothing")])
+    now = datetime.datetime.now(datetime.UTC)
+    certificate = (
+        x509.CertificateBuilder()
+        .subject_name(name)
+        .issuer_name(name)
+        .public_key(key.public_key())
+        .serial_number(x509.random_serial_number())
+        .not_valid_before(now)
+        .not_valid_after(now)
+        .sign(key, None)
+    )
+    partial = folder / f".client-trust.{os.getpid()}.{secrets.token_hex(4)}"
+    partial.write_bytes(certificate.public_bytes(Encoding.PEM))
+    os.replace(partial, path)  # two runs at once: either's file, whole
+    return path
+
+
 def _free_port() -> int:
     with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as probe:
         probe.bind((HOST, 0))
@@ -369,11 +410,15 @@ _in_use: Found | None = None
 
 
 def use(found: Found, environ: MutableMapping[str, str] | None = None) -> None:
-    """Point this process's Prefect client (and its child processes) at ``found``."""
+    """Point this process's Prefect client (and its child processes) at ``found``, with a
+    trust store of one certificate for its TLS context unless one is set
+    (:func:`_client_trust`)."""
     global _in_use
     environ = os.environ if environ is None else environ
     environ["PREFECT_API_URL"] = found.api.url
     environ[CLIENT_AUTH] = found.auth
+    if not environ.get(CLIENT_TRUST_ENV):
+        environ[CLIENT_TRUST_ENV] = str(_client_trust(_folder(environ)))
     if environ is os.environ:
         _in_use = found
 

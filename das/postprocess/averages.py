@@ -65,10 +65,22 @@ def _log_diff(log_hi: np.ndarray, log_lo: np.ndarray, ordered: np.ndarray) -> np
     return np.where(ordered, out, -np.inf)
 
 
+# log Φ at the infinite ends, as log_ndtr gives them (-0.0 at +∞): a one-sided interval's
+# infinite end costs no evaluation and changes no bit.
+_LOG_NDTR_POS_INF = special.log_ndtr(np.inf)
+_LOG_NDTR_NEG_INF = special.log_ndtr(-np.inf)
+
+
 def _truncated(
-    mean: np.ndarray, sd: np.ndarray, low: np.ndarray, high: np.ndarray, u: np.ndarray
-) -> np.ndarray:
-    """Inverse-CDF draw of ``N(mean, sd²)`` truncated to ``[low, high]`` (clipped to it).
+    mean: np.ndarray,
+    sd: np.ndarray,
+    low: np.ndarray,
+    high: np.ndarray | None,
+    u: np.ndarray,
+) -> tuple[np.ndarray, np.ndarray]:
+    """Inverse-CDF draw of ``N(mean, sd²)`` truncated to ``[low, high]`` (clipped to it), and
+    the log mass of that interval (``_log_diff_ndtr`` of its standardized ends, the same bits):
+    the importance weights reuse it. ``high=None``: ``[low, ∞)``.
 
     In standard units with ``a ≤ 0`` (else reflect: ``x ↦ -x``, ``u ↦ 1 - u``) the draw is
     ``Φ⁻¹(Φ(a) + u (Φ(b) - Φ(a)))``, evaluated in log space (``ndtri_exp``) so that both far
@@ -76,18 +88,31 @@ def _truncated(
     """
     with np.errstate(divide="ignore", invalid="ignore", over="ignore"):
         a = (low - mean) / sd
-        b = np.maximum(a, (high - mean) / sd)
         flip = a > 0
-        lo = np.where(flip, -b, a)
-        hi = np.where(flip, -a, b)
+        if high is None:
+            # b = +∞: the reflected lower end is -∞ and the upper end +∞, so only the finite
+            # end is evaluated (one log Φ per draw instead of two)
+            b = np.maximum(a, np.inf)
+            lo = np.where(flip, -b, a)
+            hi = np.where(flip, -a, b)
+            finite = special.log_ndtr(np.where(flip, hi, lo))
+            log_lo = np.where(flip, _LOG_NDTR_NEG_INF, finite)
+            log_hi = np.where(flip, finite, _LOG_NDTR_POS_INF)
+            high = np.full(np.shape(low), np.inf)
+        else:
+            b = np.maximum(a, (high - mean) / sd)
+            lo = np.where(flip, -b, a)
+            hi = np.where(flip, -a, b)
+            # lo ≤ 0: log(Φ(hi) - Φ(lo)) is _log_diff_ndtr's lower-tail branch, Φ(lo) reused
+            log_lo = special.log_ndtr(lo)
+            log_hi = special.log_ndtr(hi)
         v = np.where(flip, 1.0 - u, u)
-        # lo ≤ 0: log(Φ(hi) - Φ(lo)) is _log_diff_ndtr's lower-tail branch, with Φ(lo) reused
-        log_lo = special.log_ndtr(lo)
-        log_mass = _log_diff(special.log_ndtr(hi), log_lo, lo < hi)
+        log_mass = _log_diff(log_hi, log_lo, lo < hi)
         log_p = np.logaddexp(log_lo, np.log(v) + log_mass)
         z = np.clip(special.ndtri_exp(np.minimum(log_p, 0.0)), lo, hi)
         x = mean + sd * np.where(flip, -z, z)
-    return np.clip(np.nan_to_num(x, nan=0.0, posinf=0.0, neginf=0.0), low, np.maximum(high, low))
+    drawn = np.clip(np.nan_to_num(x, nan=0.0, posinf=0.0, neginf=0.0), low, np.maximum(high, low))
+    return drawn, log_mass
 
 
 @dataclass(frozen=True)
@@ -140,16 +165,23 @@ def _ratio_draws(
     # (A) T first, then d on its interval, in the even draws; (B) d first, then T on its
     # interval, in the odd ones. Each scheme is drawn only where it is used.
     u_a, u_b = np.ascontiguousarray(u[:2, :, 0::2]), np.ascontiguousarray(u[:2, :, 1::2])
-    half_a, half_b = u_a.shape[1:], u_b.shape[1:]
-    t_a = _truncated(big_y, big_sd, np.zeros(half_a), np.full(half_a, np.inf), u_a[0])
-    d_a = _truncated(yd, sd_d, np.maximum(1.0, t_a / tau), t_a / c, u_a[1])
-    d_b = _truncated(yd, sd_d, np.ones(half_b), np.full(half_b, np.inf), u_b[0])
-    t_b = _truncated(big_y, big_sd, c * d_b, tau * d_b, u_b[1])
+    half_a = u_a.shape[1:]
+    t_a, _ = _truncated(big_y, big_sd, np.zeros(half_a), None, u_a[0])
+    d_a, log_m_a_even = _truncated(yd, sd_d, np.maximum(1.0, t_a / tau), t_a / c, u_a[1])
+    d_b, _ = _truncated(yd, sd_d, np.ones(u_b.shape[1:]), None, u_b[0])
+    t_b, log_m_b_odd = _truncated(big_y, big_sd, c * d_b, tau * d_b, u_b[1])
     total, den = np.empty(shape), np.empty(shape)
     total[:, 0::2], total[:, 1::2] = t_a, t_b
     den[:, 0::2], den[:, 1::2] = d_a, d_b
-    log_m_a = _log_diff_ndtr((np.maximum(1.0, total / tau) - yd) / sd_d, (total / c - yd) / sd_d)
-    log_m_b = _log_diff_ndtr((c * den - big_y) / big_sd, (tau * den - big_y) / big_sd)
+    # Each scheme's conditional mass, M_A(T) and M_B(d): in its own draws it is the mass of the
+    # interval the second value was drawn on (the same expression, the same bits); only the
+    # other scheme's draws evaluate it.
+    log_m_a, log_m_b = np.empty(shape), np.empty(shape)
+    log_m_a[:, 0::2], log_m_b[:, 1::2] = log_m_a_even, log_m_b_odd
+    log_m_a[:, 1::2] = _log_diff_ndtr(
+        (np.maximum(1.0, t_b / tau) - yd) / sd_d, (t_b / c - yd) / sd_d
+    )
+    log_m_b[:, 0::2] = _log_diff_ndtr((c * d_a - big_y) / big_sd, (tau * d_a - big_y) / big_sd)
     log_z_t = special.log_ndtr(big_y / big_sd)
     log_z_d = special.log_ndtr((yd - 1.0) / sd_d)
     with np.errstate(over="ignore"):
@@ -162,8 +194,8 @@ def _ratio_draws(
         v1, v2 = num_v[:, :1], num_v[:, 1:]
         mu = (v2 * num_y[:, :1] + v1 * (total - num_y[:, 1:])) / (v1 + v2)
         s = np.sqrt(v1 * v2 / (v1 + v2))
-        log_g = _log_diff_ndtr(-mu / s, (total - mu) / s)
-        first = _truncated(mu, s, np.zeros(shape), total, u[2])
+        # G(T) = P(0 ≤ n_1 ≤ T): the mass of the interval n_1 is drawn on
+        first, log_g = _truncated(mu, s, np.zeros(shape), total, u[2])
         parts = np.stack([first, total - first], axis=1)
     log_weight = np.where(feasible & np.isfinite(log_q), log_g - log_q, -np.inf)
     return RatioDraws(parts, den, log_weight)

@@ -14,7 +14,7 @@ service account's ``DAS_RUN_KEY``.
 
 from __future__ import annotations
 
-import contextlib
+import fcntl
 import os
 import stat
 from collections.abc import Mapping
@@ -40,6 +40,19 @@ def run_key_path(environ: Mapping[str, str] | None = None) -> Path:
     return Path(named).expanduser() if named else default_run_key(environ)
 
 
+def _create_default(path: Path) -> None:
+    """Create the per-user key when missing — under a lock in its folder, held by whoever
+    creates it: two first runs at once (two processes) would otherwise both write it, or one
+    would read it half written; the other uses the key the first made."""
+    if path.is_file() and path.with_name(path.name + ".pub").is_file():
+        return  # made before: no lock needed for a key that is whole
+    path.parent.mkdir(parents=True, exist_ok=True, mode=0o700)
+    with open(path.with_name(path.name + ".lock"), "a+b") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)
+        if not path.exists():
+            generate_key(path, f"das run key of {os.environ.get('USER', 'this account')}")
+
+
 def run_key(
     environ: Mapping[str, str] | None = None, *, create: bool = True
 ) -> tuple[Path, PublicKey]:
@@ -49,11 +62,8 @@ def run_key(
     environ = os.environ if environ is None else environ
     path = run_key_path(environ)
     named = bool(environ.get(RUN_KEY_ENV))
-    if not path.exists() and not named and create:
-        path.parent.mkdir(parents=True, exist_ok=True, mode=0o700)
-        # another run may create it at the same instant: then use that one
-        with contextlib.suppress(FileExistsError):
-            generate_key(path, f"das run key of {os.environ.get('USER', 'this account')}")
+    if not named and create:
+        _create_default(path)
     if not path.is_file():
         raise RunRefused(
             f"the run's signing key {path} ({RUN_KEY_ENV}) is missing or not a regular file: a "
