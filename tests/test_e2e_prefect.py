@@ -60,9 +60,11 @@ def outside_production(ledger: Path) -> dict:
     """Job variables of the kill/retry test's runs. Seeds are refused in production and the
     test compares the bytes of two seeded releases, so these runs leave production mode (as an
     operator's Custom Run can), each with its own privacy ledger: the production release of
-    the same inputs is already recorded in the deployment's ledger."""
+    the same inputs is already recorded in the deployment's ledger — and with the per-user
+    run key (DAS_RUN_KEY empty): the service account's key has its ledger's trust root pinned
+    beside it, which refuses every other ledger, whatever a run's environment says."""
     return {"env": {"DAS_PRODUCTION": "0", "DAS_LEDGER_DIR": str(ledger), "DAS_LEDGER_URL": "",
-                     "DAS_LEDGER_ID": ""}}  # fmt: skip
+                     "DAS_LEDGER_ID": "", "DAS_RUN_KEY": ""}}  # fmt: skip
 
 
 def artifact_keys(stack: PrefectStack, flow_run_id: str) -> dict[str, dict]:
