@@ -149,7 +149,7 @@ def _release(
         earlier = steps.done("spill") is not None and "spill" not in made  # by an earlier attempt
         with run.stage("spill", skipped=earlier):
             spilled = run_once(
-                steps, "spill", lambda: spill_records(plan.config, paths, work, folder)
+                steps, "spill", lambda: spill_records(plan.config, paths, work, folder), made
             )
         run.authorize(spilled["fingerprints"])
         buckets = spilled["buckets"]

@@ -185,9 +185,9 @@ def _release(request: RunRequest, inputs: RunInputs, delta: float) -> dict[str, 
             return steps.done(step) is not None and step not in made
 
         with run.stage("geography", skipped=earlier("geography")):
-            grf_c = run_once(steps, "geography", lambda: prepare_geography_task(job))
+            grf_c = run_once(steps, "geography", lambda: prepare_geography_task(job), made)
         with run.stage("spill", skipped=earlier("spill")):
-            spilled = run_once(steps, "spill", lambda: spill_persons_task(job, folder))
+            spilled = run_once(steps, "spill", lambda: spill_persons_task(job, folder), made)
         run.authorize({"person-records": spilled["fingerprint"], "GRF-C": grf_c})
         states = spilled["states"]
         with run.stage("totals", len(states), skipped=steps.done("combine-totals") is not None):

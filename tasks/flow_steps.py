@@ -7,7 +7,7 @@ from das.offline import configure_offline
 
 configure_offline()
 
-from collections.abc import Callable, Sequence  # noqa: E402
+from collections.abc import Callable, Collection, Sequence  # noqa: E402
 from typing import Any  # noqa: E402
 
 from prefect import get_run_logger  # noqa: E402
@@ -24,12 +24,18 @@ def unless_refused(task: Any, task_run: Any, state: Any) -> bool:
     return not isinstance(state.data, RunRefused | InputUnreadable)
 
 
-def run_once(steps: RunSteps, name: str, call: Callable[[], Any]) -> Any:
-    """``call()`` unless an earlier attempt of this run completed step ``name`` (then its
-    recorded result); marks the step complete afterwards. Results must be JSON values."""
+def run_once(
+    steps: RunSteps, name: str, call: Callable[[], Any], made: Collection[str] = ()
+) -> Any:
+    """``call()`` unless step ``name`` is complete — made by an earlier attempt of this run, or
+    by this attempt's read of the records (``made``: validation's one read) — then its recorded
+    result; marks the step complete afterwards. Results must be JSON values."""
     earlier = steps.done(name)
     if earlier is not None:
-        get_run_logger().info("step %s: done by an earlier attempt, not repeated", name)
+        if name in made:
+            get_run_logger().info("step %s: made by validation's read of the records", name)
+        else:
+            get_run_logger().info("step %s: done by an earlier attempt, not repeated", name)
         return earlier.get("result")
     result = call()
     steps.mark(name, result=result)

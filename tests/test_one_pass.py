@@ -161,3 +161,36 @@ def test_a_failed_phsafe_validation_leaves_no_spill(phsafe_inputs: Path, tmp_pat
                              taps=one.taps())  # fmt: skip
     assert not report.ok and one.outcome(report) is None
     assert _files(tmp_path / "work") == {}
+
+
+def test_a_step_made_by_the_one_read_is_not_said_to_be_an_earlier_attempts(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The flow takes the geography and the spill that validation's read made: the run log
+    says so, not "done by an earlier attempt" (which a first attempt's operator would read as
+    a resume); a step an earlier attempt made still says that."""
+    import logging
+    from types import SimpleNamespace
+
+    import tasks.flow_steps as flow_steps
+    from das.runs.steps import RunSteps
+
+    said: list[str] = []
+    logger = logging.getLogger("test-run-once")
+    monkeypatch.setattr(logger, "info", lambda message, *args: said.append(message % args))
+    monkeypatch.setattr(flow_steps, "get_run_logger", lambda: logger)
+    steps = RunSteps(SimpleNamespace(root=tmp_path), "code")
+    steps.mark("spill", result={"states": [1]})
+    steps.mark("geography", result="maps")
+
+    def never() -> None:
+        raise AssertionError("a completed step is not made again")
+
+    assert flow_steps.run_once(steps, "spill", never, {"spill"}) == {"states": [1]}
+    assert flow_steps.run_once(steps, "geography", never) == "maps"
+    assert flow_steps.run_once(steps, "totals", lambda: 7, {"spill"}) == 7
+    assert said == [
+        "step spill: made by validation's read of the records",
+        "step geography: done by an earlier attempt, not repeated",
+    ]
+    assert steps.done("totals")["result"] == 7
