@@ -186,3 +186,32 @@ def test_attack2_das_ledger_verify_release_prints_a_file_name_escaped(
               "--release", str(release)])  # fmt: skip
     out = capsys.readouterr().out
     assert "\\x1b[2K\\rr6: as recorded" in out and not any(c in out for c in "\x1b\r"), out
+
+
+def test_attack2_das_ledger_verify_prints_the_databases_text_escaped(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """An insider who writes the ledger's database put terminal escapes in an entry's kind:
+    `das ledger verify` printed them raw after "chain BROKEN", and on a terminal they erased it
+    and drew "chain intact" in its place (the third attack pass on f5ad475). Escaped now."""
+    import sqlite3
+
+    from certified import make_certified
+
+    made = make_certified(tmp_path / "production")
+    database = made.ledger.store.path
+    forged = (
+        "\r\x1b[2K\x1b[1A\x1b[2Kprivacy ledger x: chain intact\u2028release r: as recorded\x1b[8m"
+    )
+    with sqlite3.connect(database) as db:
+        db.execute(
+            "UPDATE das_ledger_entries SET kind = ? WHERE seq = "
+            "(SELECT max(seq) FROM das_ledger_entries)",
+            (forged,),
+        )
+    capsys.readouterr()
+    das_main(["ledger", "verify", "--ledger", str(database.parent), "--no-prefect"])
+    out = capsys.readouterr().out
+    assert "chain BROKEN" in out, out
+    assert not any(c in out for c in "\x1b\r\u2028"), out
+    assert "\\x1b[2K" in out, out

@@ -269,7 +269,13 @@ def _fail(command: str, message: str, code: int = EXIT_REFUSED, prefix: str = "d
 
 
 def _say(text: str) -> None:
-    print(text, flush=True)
+    """Print ``text`` with the control and format characters of each of its lines escaped
+    (:func:`das.trust.printable`): much of what these commands print comes from the ledger's
+    database, which an insider can write — an entry's kind or run id holding terminal escapes
+    must not erase or hide the verdict printed above it."""
+    from das.trust import printable
+
+    print("\n".join(printable(line) for line in str(text).split("\n")), flush=True)
 
 
 # -- init and the charter ----------------------------------------------------------------------
@@ -915,12 +921,12 @@ def _verify(args: argparse.Namespace) -> int:
     if args.json:
         print(json.dumps(result))
     else:
-        _say(
+        _say(printable(
             f"privacy ledger {info.ledger_id} at {info.location}: {info.head_seq} entries, chain "
             + ("intact" if not result["chain"] else "BROKEN")
-        )
+        ))  # fmt: skip
         for problem in result["chain"]:
-            _say(f"  - {problem}")
+            _say(printable(f"  - {problem}"))  # kinds, run ids: the database's text
         if chain.in_force is not None:
             _say(f"charter version {chain.in_force.version} in force "
                  f"({chain.in_force.digest[:16]}; {chain.in_force.quorum} of "
@@ -940,7 +946,7 @@ def _verify(args: argparse.Namespace) -> int:
             where = os.environ.get("PREFECT_API_URL") or "the local temporary server"
             _say(f"Prefect server ({where}): {verdict}")
             for problem in witness["problems"]:
-                _say(f"  - {problem}")
+                _say(printable(f"  - {problem}"))
             if witness["other_ledgers_here"]:
                 _say("  note: the server saw other ledgers at this location before: "
                      + ", ".join(witness["other_ledgers_here"]))  # fmt: skip
