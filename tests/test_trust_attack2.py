@@ -101,6 +101,29 @@ def test_attack2_a_state_root_beside_the_first_output_is_refused_by_name(tmp_pat
     assert not releases.exists()
 
 
+def test_attack2_an_output_beside_another_runs_state_root_is_refused(tmp_path: Path) -> None:
+    """Third pass: a run with `DAS_STATE_DIR=$X/releases/state` (output elsewhere), then a run
+    with the default state root publishing `$X/releases/r2`: the folder of releases held the
+    first run's noise and spilled records. An output beside any state root (a folder holding
+    ``runs/``, through a link too) is refused now; beside other releases it is not."""
+    from das.refusal import RunRefused
+    from das.runs.folder import RunFolder, check_output_place
+
+    releases = tmp_path / "releases"
+    RunFolder(tmp_path / "out" / "r1", "r1", releases / "state").create()
+    assert (releases / "state" / "runs" / "r1").is_dir()
+    with pytest.raises(RunRefused, match="the state root of other runs") as refused:
+        check_output_place(releases / "r2", tmp_path / "default-state")
+    assert str(releases / "state") in str(refused.value)
+    (releases / "state").rename(tmp_path / "moved")
+    (releases / "linked").symlink_to(tmp_path / "moved", target_is_directory=True)
+    with pytest.raises(RunRefused, match="the state root of other runs"):
+        check_output_place(releases / "r2", tmp_path / "default-state")
+    (releases / "linked").unlink()
+    (releases / "r0").mkdir()  # another release beside it: the usual folder of releases
+    check_output_place(releases / "r2", tmp_path / "default-state")
+
+
 # -- B3: a link inside the state root ------------------------------------------------------------
 
 

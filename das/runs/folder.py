@@ -174,6 +174,14 @@ def check_output_place(output: Path, state: Path) -> None:
             f"outside the releases folder ({STATE_ENV}; unset, the default "
             "${XDG_STATE_HOME:-~/.local/state}/das), or outputs in a folder of their own"
         )
+    other = _state_root_beside(output)
+    if other is not None:
+        raise RunRefused(
+            f"the output {output} is beside {other}, the state root of other runs (it holds "
+            f"their runs/): {output.parent} is the folder of its releases, and publishing it "
+            "would publish their run state — noise, spilled records, true counts. Move that "
+            "state root out of the releases folder, or choose an output in a folder of its own"
+        )
     for ancestor in output.parents:
         if (ancestor / "MANIFEST.json").is_file():
             raise RunRefused(
@@ -186,6 +194,16 @@ def check_output_place(output: Path, state: Path) -> None:
                 f"the output {output} is inside {ancestor}, a run's work folder (lock, staging). "
                 "Choose an output outside it"
             )
+
+
+def _state_root_beside(output: Path) -> Path | None:
+    """A folder beside ``output`` that is a state root — another run's, under another
+    ``DAS_STATE_DIR`` (it holds ``runs/``, where run folders live) — or None."""
+    with contextlib.suppress(OSError):
+        for sibling in sorted(output.parent.iterdir()):
+            if sibling != output and (sibling / "runs").is_dir():
+                return sibling
+    return None
 
 
 @dataclass(frozen=True)
