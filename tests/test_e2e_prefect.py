@@ -107,7 +107,8 @@ def lost_host(prefect_stack: PrefectStack) -> LostHost:
     stack = prefect_stack
     folder = stack.base / "lost-host"
     folder.mkdir()
-    output = folder / "output"
+    output = folder / "releases" / "output"  # in a folder of releases of its own: the das
+    # run's state root (below) may not sit beside it (another run's state beside a release)
     ledger = PrivacyLedger(LedgerStore.in_directory(folder / "ledger"))
     run = stack.trigger(SAFETAB, {"output": str(output), **UNVALIDATED},
                         outside_production(folder / "ledger"))  # fmt: skip
