@@ -190,15 +190,21 @@ def load_keys_file(path: str | Path) -> list[PublicKey]:
         raise SigningError(f"{path}: not a text file of public keys (not UTF-8)") from None
     except OSError as exc:
         raise SigningError(f"{path}: cannot read it ({exc.strerror or exc})") from None
+    keys = _keys_of_lines(text, path)
+    if not keys:
+        raise SigningError(f"no public key in {path}: add one line per key (a .pub file's line)")
+    return keys
+
+
+def _keys_of_lines(text: str, path: Path) -> list[PublicKey]:
+    """Each line's key (blank lines and ``#`` comments skipped; a key listed twice kept once, its
+    first label); an error names the file and the line."""
     keys: dict[PublicKey, PublicKey] = {}
     for number, line in enumerate(text.splitlines(), start=1):
         stripped = line.strip()
-        if not stripped or stripped.startswith("#"):
-            continue
-        key = parse_public_key(stripped, source=f"{path} line {number}")
-        keys.setdefault(key, key)
-    if not keys:
-        raise SigningError(f"no public key in {path}: add one line per key (a .pub file's line)")
+        if stripped and not stripped.startswith("#"):
+            key = parse_public_key(stripped, source=f"{path} line {number}")
+            keys.setdefault(key, key)
     return list(keys.values())
 
 
@@ -445,15 +451,10 @@ def _keys_of_text(data: bytes, path: Path) -> list[PublicKey]:
         text = data.decode("utf-8")
     except UnicodeDecodeError:
         raise SigningError(f"{path}: neither an OpenSSH private key nor a public key") from None
-    keys: dict[PublicKey, PublicKey] = {}
-    for number, line in enumerate(text.splitlines(), start=1):
-        stripped = line.strip()
-        if stripped and not stripped.startswith("#"):
-            key = parse_public_key(stripped, source=f"{path} line {number}")
-            keys.setdefault(key, key)
+    keys = _keys_of_lines(text, path)
     if not keys:
         raise SigningError(f"no public key in {path}")
-    return list(keys.values())
+    return keys
 
 
 def _load_crypto_private_key(data: bytes) -> Any:
