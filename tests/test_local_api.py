@@ -195,7 +195,9 @@ def test_run_starts_it_the_next_reuses_it_a_stale_one_is_replaced_stop_stops_it(
     tmp_path: Path,
 ) -> None:
     """As a user types them, with no Prefect server configured: the first `das run` starts the
-    local API and says so, the second reuses it silently, each a flow run on that server with
+    local API and says so before anything else takes time, prints each progress line once and
+    none of Prefect's per-task lines (piped: stderr is not a terminal), the second reuses it
+    silently, each a flow run on that server with
     its artifacts; it listens on loopback only and refuses calls without its auth string; a
     server killed outright leaves a stale record that the next start replaces; `das server
     stop` stops it."""
@@ -211,6 +213,9 @@ def test_run_starts_it_the_next_reuses_it_a_stale_one_is_replaced_stop_stops_it(
         first = _das([*run, "--output", str(tmp_path / "r1")], env, tmp_path)
         assert first.returncode == 0, first.stderr[-3000:]
         assert "starting the local Prefect API at http://127.0.0.1:" in first.stderr
+        first_id = json.loads((tmp_path / "r1" / "audit.json").read_text())["run_id"]
+        run_log = home / "state" / "das" / "runs" / first_id / "run.log"
+        _assert_piped_progress(first.stderr, run_log.read_text())
         api = local_api.LocalApi(**json.loads((folder / "server.json").read_text()))
         # its folder and auth string are its owner's alone; it listens on loopback only
         assert stat.S_IMODE(folder.stat().st_mode) == 0o700
@@ -228,9 +233,10 @@ def test_run_starts_it_the_next_reuses_it_a_stale_one_is_replaced_stop_stops_it(
         )
         assert second.returncode == 0, second.stderr[-3000:]
         assert "Prefect API" not in second.stderr  # found, not started
-        for name in ("r1", "r2"):
-            run_id = json.loads((tmp_path / name / "audit.json").read_text())["run_id"]
-            keys, logs, state = _posted(api.url, auth, run_id)
+        run_ids = [json.loads((tmp_path / name / "audit.json").read_text())["run_id"]
+                   for name in ("r1", "r2")]  # fmt: skip
+        posted = _posted(api.url, auth, run_ids)
+        for name, run_id, (keys, logs, state) in zip(("r1", "r2"), run_ids, posted, strict=True):
             assert "phsafe-release" in keys and state == "Completed", (name, keys, state)
             # its last log line too: the process drained its log worker before it ended
             assert any(f"run {run_id} succeeded" in line for line in logs), name
@@ -259,6 +265,21 @@ def test_run_starts_it_the_next_reuses_it_a_stale_one_is_replaced_stop_stops_it(
         _das(["server", "stop"], env, tmp_path)
 
 
+def _assert_piped_progress(stderr: str, run_log: str) -> None:
+    """A piped `das run` (stderr not a terminal) that starts the local API says so before
+    anything else takes time, prints each progress line once, and none of Prefect's per-task
+    lines — which its run log keeps (issue 26: tests/test_progress.py models the progress)."""
+    err = stderr.splitlines()
+    starting = next(i for i, line in enumerate(err) if "starting the local Prefect API" in line)
+    progress = [i for i, line in enumerate(err) if "progress " in line and "%: " in line]
+    assert progress and starting < progress[0]
+    assert all(err[i].startswith("das run phsafe: progress ") for i in progress)  # ours only
+    assert len({err[i] for i in progress}) == len(progress)  # each line once
+    assert err[progress[-1]].startswith("das run phsafe: progress 100%: done (elapsed ")
+    assert "Finished in state" not in stderr and "Created task run" not in stderr
+    assert "Finished in state Completed()" in run_log and "progress 100%: done" in run_log
+
+
 def _wait_gone(pid: int, seconds: float = 30) -> None:
     """Until ``pid`` is gone (or a zombie: its command line is empty)."""
     deadline = time.monotonic() + seconds
@@ -277,23 +298,26 @@ import json, sys
 from prefect.client.orchestration import get_client
 from prefect.client.schemas.filters import (ArtifactFilter, ArtifactFilterFlowRunId, LogFilter,
                                             LogFilterFlowRunId)
+posted = []
 with get_client(sync_client=True) as client:
-    found = client.read_artifacts(
-        artifact_filter=ArtifactFilter(flow_run_id=ArtifactFilterFlowRunId(any_=[sys.argv[1]])))
-    run = LogFilterFlowRunId(any_=[sys.argv[1]])
-    logs = client.read_logs(log_filter=LogFilter(flow_run_id=run))
-    state = client.read_flow_run(sys.argv[1]).state.name
-print(json.dumps([sorted({a.key for a in found if a.key}), [l.message for l in logs], state]))
+    for run_id in sys.argv[1:]:
+        found = client.read_artifacts(
+            artifact_filter=ArtifactFilter(flow_run_id=ArtifactFilterFlowRunId(any_=[run_id])))
+        run = LogFilterFlowRunId(any_=[run_id])
+        logs = client.read_logs(log_filter=LogFilter(flow_run_id=run))
+        state = client.read_flow_run(run_id).state.name
+        posted.append([sorted({a.key for a in found if a.key}), [l.message for l in logs], state])
+print(json.dumps(posted))
 """
 
 
-def _posted(url: str, auth: str, flow_run_id: str) -> tuple[set[str], list[str], str]:
-    """One flow run's artifact keys, log messages and state on the server, read with Prefect's
-    client (CSRF and auth on)."""
+def _posted(url: str, auth: str, flow_run_ids: list[str]) -> list[tuple[set[str], list[str], str]]:
+    """Each flow run's artifact keys, log messages and state on the server, read with Prefect's
+    client (CSRF and auth on), in one process (importing the client costs 1-2 CPU-s)."""
     env = {**os.environ, "PREFECT_API_URL": url, "PREFECT_API_AUTH_STRING": auth}
     out = subprocess.run(
-        [sys.executable, "-c", _POSTED, flow_run_id],
+        [sys.executable, "-c", _POSTED, *flow_run_ids],
         env=env, capture_output=True, text=True, check=True, timeout=120,
     )  # fmt: skip
-    keys, logs, state = json.loads(out.stdout.strip().splitlines()[-1])
-    return set(keys), logs, state
+    posted = json.loads(out.stdout.strip().splitlines()[-1])
+    return [(set(keys), logs, state) for keys, logs, state in posted]
