@@ -11,6 +11,7 @@ import contextlib
 import json
 import time
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -45,6 +46,28 @@ UNUSED_SERVICES = {
 }
 
 
+def _seeded_mkdtemp(*args: Any, **kwargs: Any) -> str:
+    """The harness's database folder, its ``prefect-test.db`` a copy of this installation's
+    migrated empty database (das.cli.server_database) when there is one, made here when none
+    (or being made by another worker: then the server migrates its own, as before): the
+    server then checks its migrations and has nothing to do (about 4 CPU-s a start)."""
+    import shutil
+    import tempfile
+    from importlib.metadata import version
+
+    from das.cli import server_database
+
+    folder = tempfile.mkdtemp(*args, **kwargs)
+    prefect = version("prefect")
+    server_database.build(prefect)
+    for templates in server_database.template_dirs():
+        template = templates / server_database.template_name(prefect)
+        if server_database.usable(template):
+            shutil.copyfile(template, Path(folder) / "prefect-test.db")
+            break
+    return folder
+
+
 @pytest.fixture(scope="session")
 def prefect_server():
     """A temporary Prefect API and database for the whole session (one per xdist worker)."""
@@ -56,6 +79,7 @@ def prefect_server():
         with pytest.MonkeyPatch.context() as patch:  # for the server process it starts only
             for name, value in UNUSED_SERVICES.items():
                 patch.setenv(name, value)
+            patch.setattr("prefect.testing.utilities.mkdtemp", _seeded_mkdtemp)
             harness.enter_context(
                 prefect_test_harness(server_startup_timeout=SERVER_STARTUP_SECONDS)
             )
