@@ -10,6 +10,7 @@ out.
 from __future__ import annotations
 
 import contextlib
+import datetime as dt
 import hashlib
 import json
 import os
@@ -445,6 +446,13 @@ def test_a_waiting_run_holds_no_process_and_ends_refused_past_its_expiry(
             time.sleep(1)
         assert not processes_of(run), [p.cmdline() for p in processes_of(run)]
     expiring = waiting_runs["expiring"]
+    # A sweep settles a request once it has expired, not before: one that ran earlier (the
+    # runs pause within seconds of their requests) left the run to the schedule's next sweep,
+    # up to 5 minutes later.
+    (request,) = [a for a in stack.ledger().approvals()
+                  if a["statement"]["run_id"] == expiring]  # fmt: skip
+    expires = dt.datetime.fromisoformat(str(request["statement"]["expires"]))
+    time.sleep(max(0.0, (expires - dt.datetime.now(dt.UTC)).total_seconds()) + 0.5)
     sweep(stack)  # (or the sweep its schedule ran meanwhile)
     assert stack.wait(expiring, timeout=300) == "CANCELLED", stack.log_tail("worker")
     final = stack.flow_run(expiring)["state"]
