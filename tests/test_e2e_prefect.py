@@ -439,8 +439,8 @@ def test_a_waiting_run_holds_no_process_and_ends_refused_past_its_expiry(
     for run in waiting_runs.values():
         assert stack.flow_run(run)["state"]["name"] == "Suspended"
         assert stack.flow_run(run)["infrastructure_pid"]  # a process ran it until it waited
-        # Its flow process, and the Dask cluster it started, end (a few seconds after the
-        # state changed: the cluster is closed first).
+        # Its flow process ends (the Dask cluster's end: the second release's test; these
+        # run on threads).
         deadline = time.monotonic() + 60
         while processes_of(run) and time.monotonic() < deadline:
             time.sleep(1)
