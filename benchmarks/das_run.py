@@ -107,7 +107,7 @@ def das_run(
     env.update(DAS_STATE_DIR=str(folder / "state"), DAS_LEDGER_DIR=str(folder / "ledger"))
     command = [
         str(checkout / ".venv" / "bin" / "das"), "run", product, "--config", str(config),
-        "--data", str(data), "--output", str(folder / "out"), "--run-id", "bench",
+        "--data", str(data), "--output", str(folder / "releases" / "out"), "--run-id", "bench",
     ]  # fmt: skip
     load = _load()
     before = resource.getrusage(resource.RUSAGE_CHILDREN)
@@ -140,7 +140,7 @@ def das_run(
         tail = (folder / "console.txt").read_text().splitlines()[-5:]
         raise SystemExit(f"das run {product} failed ({code}):\n" + "\n".join(tail))
     if not stages:  # a checkout from before the run log had them: the audit's wall times
-        timings = json.loads((folder / "out" / "audit.json").read_text())["timings"]
+        timings = json.loads((folder / "releases" / "out" / "audit.json").read_text())["timings"]
         stages = {name: {"wall_s": seconds, "cpu_s": None} for name, seconds in timings.items()}
     return {
         "wall_s": ended - started,

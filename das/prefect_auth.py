@@ -143,5 +143,9 @@ def server_accepts(prog: str) -> int:
 
 def dask_setup(worker: object = None) -> None:
     """``dask worker ... --preload das.prefect_auth``: the worker's task runs authenticate to
-    the Prefect server with the auth string of ``DAS_PREFECT_AUTH_FILE``."""
+    the Prefect server with the auth string of ``DAS_PREFECT_AUTH_FILE``, and its allocator
+    reuses the engine's large arrays (:mod:`das.allocator`)."""
+    from das import allocator
+
+    allocator.tune()
     configure_prefect_auth()

@@ -11,11 +11,13 @@ import os  # noqa: E402
 import threading  # noqa: E402
 from typing import Any  # noqa: E402
 
+import dask.config  # noqa: E402
 import distributed  # noqa: E402
 from prefect.task_runners import TaskRunner, ThreadPoolTaskRunner  # noqa: E402
 from prefect_dask import DaskTaskRunner  # noqa: E402
 from prefect_dask.client import PrefectDaskClient  # noqa: E402
 
+from das import allocator  # noqa: E402
 from flows.sizing import IN_PROCESS_BELOW_BYTES, input_bytes  # noqa: E402, F401
 
 
@@ -105,6 +107,7 @@ def task_runner_from_env(workers: int | None = None, inputs: int | None = None) 
     server (docs/explanation/architecture.md#prefect), so the ephemeral/offline mode uses
     threads (numpy releases the GIL in the counting and sampling kernels).
     """
+    allocator.tune()  # this process's arrays too (validation's read, an in-process cluster)
     address = os.environ.get("DAS_DASK_ADDRESS")
     if not address and os.environ.get("DAS_TASK_RUNNER") == "threads":
         return ThreadPoolTaskRunner(max_workers=workers or 2)
@@ -125,11 +128,22 @@ def task_runner_from_env(workers: int | None = None, inputs: int | None = None) 
     if processes:  # an in-process cluster talks in memory, no scheduler port
         kwargs["host"] = os.environ.get(DASK_HOST_ENV, "127.0.0.1")
     if processes:
+        # The workers' allocator reuses the engine's large arrays (das.allocator): Dask's own
+        # pre-spawn setting would have every one of them faulted in afresh.
+        dask.config.set({"distributed.nanny.pre-spawn-environ": _worker_environment()})
         # Dask's default: the machine's memory shared between the workers. A worker holds the
         # pass's records and one table's truncate-and-join (1.9 GiB at 10 M persons); a fixed
         # small limit would have the nanny kill it mid-table.
         kwargs["memory_limit"] = "auto"
     return EagerDaskTaskRunner(cluster_kwargs=kwargs)
+
+
+def _worker_environment() -> dict[str, str]:
+    """Dask's ``distributed.nanny.pre-spawn-environ`` with :data:`das.allocator.SETTINGS` in
+    place of its trim threshold: what a local cluster's worker processes start with."""
+    environ = dict(dask.config.get("distributed.nanny.pre-spawn-environ") or {})
+    environ.update({name: str(value) for name, value in allocator.SETTINGS.items()})
+    return environ
 
 
 def task_slots(runner: TaskRunner | None) -> int:

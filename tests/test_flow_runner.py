@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import os
+
 import pytest
 
 from flows.runner import EagerDaskTaskRunner, task_runner_from_env
@@ -79,10 +81,33 @@ def test_a_runs_own_cluster_listens_on_loopback_only(monkeypatch: pytest.MonkeyP
             if c.status == psutil.CONN_LISTEN and c.pid in mine and c.family == socket.AF_INET
         ]
         assert listening and set(listening) == {"127.0.0.1"}, listening
+        # its worker started with the allocator settings (das.allocator), Dask's others kept
+        with distributed.Client(cluster) as client:
+            (seen,) = client.run(lambda: {k: os.environ.get(k) for k in WORKER_ENV}).values()
+        assert seen == WORKER_ENV
     monkeypatch.setenv("DAS_DASK_DASHBOARD", "")
     assert task_runner_from_env().cluster_kwargs["dashboard_address"] is None
     monkeypatch.setenv("DAS_DASK_DASHBOARD", "0.0.0.0:8787")
     assert task_runner_from_env().cluster_kwargs["dashboard_address"] == "0.0.0.0:8787"
+
+
+WORKER_ENV = {
+    "MALLOC_MMAP_THRESHOLD_": "33554432",
+    "MALLOC_TRIM_THRESHOLD_": "67108864",  # not Dask's 65536: it fixes the mmap threshold
+    "OMP_NUM_THREADS": "1",
+}
+
+
+def test_this_process_allocator_takes_the_settings() -> None:
+    """glibc accepts both values (mallopt refuses an mmap threshold above 32 MiB: then nothing
+    would change)."""
+    from das import allocator
+
+    allocator.tune.cache_clear()
+    assert allocator.tune() is True
+    assert {k: str(v) for k, v in allocator.SETTINGS.items()} == {
+        k: v for k, v in WORKER_ENV.items() if k.startswith("MALLOC")
+    }
 
 
 def test_a_runs_own_cluster_has_the_workers_the_operator_asks_for(

@@ -19,6 +19,7 @@ from pathlib import Path
 import pytest
 
 from das.cli import server as local_api
+from das.cli import server_database
 
 REPO = Path(__file__).resolve().parents[1]
 DAS = [sys.executable, "-m", "das"]
@@ -155,6 +156,77 @@ def test_its_clients_load_a_trust_store_of_one_certificate(
     assert mine[local_api.CLIENT_TRUST_ENV] == "/x"
 
 
+def _migrated_database(path: Path, revisions: tuple[str, ...] = ("a3b9c7d2e5f1",)) -> Path:
+    """A SQLite database shaped like a migrated one: its ``alembic_version`` rows."""
+    import contextlib
+    import sqlite3
+
+    path.parent.mkdir(parents=True, exist_ok=True)
+    with contextlib.closing(sqlite3.connect(path)) as connection:
+        connection.execute("CREATE TABLE alembic_version (version_num VARCHAR(32) NOT NULL)")
+        connection.executemany("INSERT INTO alembic_version VALUES (?)", [(r,) for r in revisions])
+        connection.execute("CREATE TABLE flow_run (id TEXT)")  # and its tables
+        connection.commit()
+    return path
+
+
+@pytest.fixture
+def templates(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> tuple[list[Path], list[str]]:
+    """Two template folders (the installation's, the user's) under ``tmp_path``, and the
+    background builds asked for (recorded, not started)."""
+    folders = [tmp_path / "prefix" / "share" / "das", tmp_path / "cache" / "das"]
+    builds: list[str] = []
+    monkeypatch.setattr(server_database, "template_dirs", lambda environ=None: folders)
+    monkeypatch.setattr(server_database, "build_in_background", lambda e=None: builds.append("b"))
+    return folders, builds
+
+
+def test_a_new_home_gets_a_copy_of_the_template_and_an_old_one_keeps_its_database(
+    tmp_path: Path, templates: tuple[list[Path], list[str]]
+) -> None:
+    folders, builds = templates
+    template = _migrated_database(folders[1] / server_database.template_name("3.9.9"))
+    home = tmp_path / "api" / "prefect"
+    assert server_database.seed(home, "3.9.9") == template  # the user's, when the first has none
+    assert (home / "prefect.db").read_bytes() == template.read_bytes()
+    assert [p.name for p in home.iterdir()] == ["prefect.db"]  # no partial copy left
+    (home / "prefect.db").write_bytes(b"the home's own database")
+    assert server_database.seed(home, "3.9.9") is None
+    assert (home / "prefect.db").read_bytes() == b"the home's own database"
+    assert not builds
+    # another Prefect version has no template: none copied, one built for the next home
+    assert server_database.seed(tmp_path / "other" / "prefect", "4.0.0") is None
+    assert not (tmp_path / "other" / "prefect" / "prefect.db").exists() and builds == ["b"]
+
+
+@pytest.mark.parametrize("damage", ["not a database", "truncated", "no revision", "two revisions"])
+def test_a_damaged_template_is_not_copied(
+    tmp_path: Path, templates: tuple[list[Path], list[str]], damage: str
+) -> None:
+    folders, builds = templates
+    template = folders[0] / server_database.template_name("3.9.9")
+    if damage == "not a database":
+        template.parent.mkdir(parents=True)
+        template.write_bytes(b"SQLite format 3\0" + b"\xff" * 4000)
+    elif damage == "truncated":
+        whole = _migrated_database(tmp_path / "whole.db").read_bytes()
+        template.parent.mkdir(parents=True)
+        template.write_bytes(whole[: len(whole) // 2])
+    else:
+        _migrated_database(template, () if damage == "no revision" else ("a1", "b2"))
+    home = tmp_path / "api" / "prefect"
+    assert server_database.seed(home, "3.9.9") is None
+    assert not (home / "prefect.db").exists() and builds == ["b"]
+
+
+def test_templates_are_written_where_they_can_be(tmp_path: Path) -> None:
+    (tmp_path / "a-file").write_text("")
+    assert not server_database._writable(tmp_path / "a-file" / "share" / "das")
+    assert server_database._writable(tmp_path / "new" / "share" / "das")
+    dirs = server_database.template_dirs({"XDG_CACHE_HOME": str(tmp_path / "cache")})
+    assert dirs == [Path(sys.prefix) / "share" / "das", tmp_path / "cache" / "das"]
+
+
 def _environment(home: Path) -> dict[str, str]:
     keep = {k: v for k, v in os.environ.items() if not k.startswith(("DAS_", "PREFECT_", "XDG_"))}
     return {**keep, "HOME": str(home), "XDG_STATE_HOME": str(home / "state"),
@@ -206,11 +278,20 @@ def test_run_starts_it_the_next_reuses_it_a_stale_one_is_replaced_stop_stops_it(
     folder = home / "state" / "das" / "local-api"
     config, data = two_state_phsafe(tmp_path)
     run = ["run", "phsafe", "--config", str(config), "--data", str(data), "--seed", "7"]
+    # this installation's migrated empty database, made now unless an earlier start made it
+    server_database.build(local_api.prefect_version(), env)
+    template = server_database.template_dirs(env)[0] / server_database.template_name(
+        local_api.prefect_version()
+    )
+    assert server_database.usable(template)
     try:
         assert _das(["server", "status"], env, tmp_path).returncode == 1
         first = _das([*run, "--output", str(tmp_path / "r1")], env, tmp_path)
         assert first.returncode == 0, first.stderr[-3000:]
         assert "starting the local Prefect API at http://127.0.0.1:" in first.stderr
+        # its new database was the template's copy, and the run's flow run is on it
+        log = (folder / "server.log").read_text()
+        assert f"das: a new database, copied from {template}" in log, log[-2000:]
         api = local_api.LocalApi(**json.loads((folder / "server.json").read_text()))
         # its folder and auth string are its owner's alone; it listens on loopback only
         assert stat.S_IMODE(folder.stat().st_mode) == 0o700

@@ -3,9 +3,10 @@ no Prefect server is configured (no ``PREFECT_API_URL`` in the environment or th
 Prefect profile).
 
 The first such run starts it in the background and says so; later runs find it and reuse it,
-so that only the first run of a home waits for a Prefect server to start (and a new database to
-be migrated): every run is still a real Prefect flow run, with its logs and artifacts on that
-server. It stays up until ``das server stop`` (or the machine restarts).
+so that only the first run of a home waits for a Prefect server to start (its new database a
+copy of one migrated once per installation): every run is still a real Prefect flow run, with
+its logs and artifacts on that server. It stays up until ``das server stop`` (or the machine
+restarts).
 
 - **Where it lives**: ``DAS_LOCAL_API_DIR``, else
   ``${XDG_STATE_HOME:-~/.local/state}/das/local-api``, a folder only its owner can open:
@@ -19,6 +20,8 @@ server. It stays up until ``das server stop`` (or the machine restarts).
 - **Seen and stopped**: ``das server status`` prints its address, process id, version and how
   to log in to its UI; in ``ps`` it is ``prefect server start --host 127.0.0.1 --port PORT``;
   ``das server stop`` stops it (SIGTERM, then SIGKILL after 20 s).
+- **A new database in milliseconds**: a new home's database is a copy of an empty one
+  migrated once per installation (:mod:`das.cli.server_database`), not migrated again.
 - **Two runs at once** share it: the one that finds no server starts it under a lock and the
   other waits for it to answer. A ``server.json`` whose process is gone, or is no longer that
   server, is stale and replaced; a server of another Prefect version is stopped and started
@@ -286,11 +289,16 @@ _STARTED: list[subprocess.Popen] = []
 def _spawn(folder: Path) -> LocalApi:
     """Start the server in the background (a session of its own: it outlives this process)."""
     from das.cli.prefect_wrapper import prefect_command
+    from das.cli.server_database import seed
 
     auth = _auth(folder)
     port = _free_port()
     command = [*prefect_command(), "server", "start", "--host", HOST, "--port", str(port)]
+    template = seed(folder / "prefect", prefect_version())
     with open(folder / "server.log", "ab") as log:
+        if template is not None:
+            log.write(f"das: a new database, copied from {template}\n".encode())
+            log.flush()
         process = subprocess.Popen(
             command,
             stdin=subprocess.DEVNULL,
