@@ -14,11 +14,15 @@
 #   make install WHEELHOUSE=wheelhouse
 #
 # Variables: PYTHON (python3: a Python 3.11, 3.11.5 or later), VENV (.venv), WHEELHOUSE
-# (empty: PyPI, or UV_DEFAULT_INDEX behind a mirror).
+# (empty: PyPI, or UV_DEFAULT_INDEX behind a mirror), BYTECODE (--compile-bytecode: every module
+# of the lock compiled at install, so that no process compiles what it imports, even where it
+# may not write the cache or PYTHONDONTWRITEBYTECODE is set; empty: compiled on first import).
 
 PYTHON ?= python3
 VENV ?= .venv
 WHEELHOUSE ?=
+BYTECODE ?= --compile-bytecode
+BYTECODE_NOTE := $(if $(strip $(BYTECODE)),bytecode compiled,bytecode left to Python)
 
 ifeq ($(strip $(WHEELHOUSE)),)
 PIP_SOURCE :=
@@ -63,7 +67,7 @@ $(VENV)/.das-uv: requirements-uv.lock | $(VENV)/bin/python
 	@touch $@
 
 $(VENV)/.das-lock: requirements.lock $(VENV)/.das-uv
-	$(call step,3/4,requirements.lock by uv (every file hash-checked; bytecode compiled),$(UV) --require-hashes --compile-bytecode $(UV_SOURCE) -r requirements.lock,$(HINT))
+	$(call step,3/4,requirements.lock by uv (every file hash-checked; $(BYTECODE_NOTE)),$(UV) --require-hashes $(BYTECODE) $(UV_SOURCE) -r requirements.lock,$(HINT))
 	@touch $@
 
 $(VENV)/.das-project: pyproject.toml setup.py $(VENV)/.das-lock

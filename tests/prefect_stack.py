@@ -474,12 +474,17 @@ def waiting_runs(prefect_stack: PrefectStack, first_runs: dict[str, str]) -> dic
     """Two more PHSafe (US) releases, after the first spent the approval `das deploy --local`
     signed, both suspended for their approvers: ``expiring`` (its request open 10 s:
     ``DAS_APPROVAL_TIMEOUT_SECONDS``) and ``waiting``. They skip validation (production allows
-    it: the first release validated these records under this config). Their flow-run ids."""
+    it: the first release validated these records under this config), and run their tasks on
+    threads (``DAS_TASK_RUNNER``): that a suspended run's Dask cluster ends with its flow
+    process is the second release's test; three clusters fewer (these two and the expiring
+    run's resume) on the 2 cores. Their flow-run ids."""
     stack = prefect_stack
+    threads = {"DAS_TASK_RUNNER": "threads"}
     runs = {
         "expiring": stack.trigger("phsafe/phsafe-us", {"skip_validation": True},
-                                  {"env": {"DAS_APPROVAL_TIMEOUT_SECONDS": "10"}}),
-        "waiting": stack.trigger("phsafe/phsafe-us", {"skip_validation": True}),
+                                  {"env": {"DAS_APPROVAL_TIMEOUT_SECONDS": "10", **threads}}),
+        "waiting": stack.trigger("phsafe/phsafe-us", {"skip_validation": True},
+                                 {"env": threads}),
     }  # fmt: skip
     for run in runs.values():
         paused(stack, run)
