@@ -4,9 +4,11 @@ with its artifacts. The integration tests start it in a temporary home and stop 
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import signal
+import sqlite3
 import ssl
 import stat
 import subprocess
@@ -158,9 +160,6 @@ def test_its_clients_load_a_trust_store_of_one_certificate(
 
 def _migrated_database(path: Path, revisions: tuple[str, ...] = ("a3b9c7d2e5f1",)) -> Path:
     """A SQLite database shaped like a migrated one: its ``alembic_version`` rows."""
-    import contextlib
-    import sqlite3
-
     path.parent.mkdir(parents=True, exist_ok=True)
     with contextlib.closing(sqlite3.connect(path)) as connection:
         connection.execute("CREATE TABLE alembic_version (version_num VARCHAR(32) NOT NULL)")
@@ -199,7 +198,9 @@ def test_a_new_home_gets_a_copy_of_the_template_and_an_old_one_keeps_its_databas
     assert not (tmp_path / "other" / "prefect" / "prefect.db").exists() and builds == ["b"]
 
 
-@pytest.mark.parametrize("damage", ["not a database", "truncated", "no revision", "two revisions"])
+@pytest.mark.parametrize(
+    "damage", ["not a database", "truncated", "no revision", "two revisions", "a run inside"]
+)
 def test_a_damaged_template_is_not_copied(
     tmp_path: Path, templates: tuple[list[Path], list[str]], damage: str
 ) -> None:
@@ -212,6 +213,11 @@ def test_a_damaged_template_is_not_copied(
         whole = _migrated_database(tmp_path / "whole.db").read_bytes()
         template.parent.mkdir(parents=True)
         template.write_bytes(whole[: len(whole) // 2])
+    elif damage == "a run inside":  # a new home would show a run that was never its own
+        _migrated_database(template)
+        with contextlib.closing(sqlite3.connect(template)) as connection:
+            connection.execute("INSERT INTO flow_run VALUES ('not-this-home')")
+            connection.commit()
     else:
         _migrated_database(template, () if damage == "no revision" else ("a1", "b2"))
     home = tmp_path / "api" / "prefect"

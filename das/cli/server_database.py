@@ -16,9 +16,12 @@ it starts and finds nothing to do.
   ``prefect server database upgrade`` on a database of its own and moves the result into
   place whole (:func:`build`); two at once: one builds, the other leaves it.
 - **What is trusted**: a template is used only when SQLite opens it, finds it intact
-  (``PRAGMA quick_check``) and it records exactly one migration revision; otherwise the
-  server makes its database as before. A template of an older revision is still migrated to
-  the current one by the server's own check.
+  (``PRAGMA quick_check``), it records exactly one migration revision and holds no record of
+  any run, artifact, log, variable, deployment, block, work pool or automation
+  (:data:`RECORD_TABLES`); otherwise the server makes its database as before. Whoever can
+  write the installation's folder can change its code too: the template adds no one to
+  trust. A template of an older revision is still migrated to the current one by the
+  server's own check.
 """
 
 from __future__ import annotations
@@ -38,6 +41,10 @@ from pathlib import Path
 from das.offline import OFFLINE_ENVIRONMENT
 
 DATABASE = "prefect.db"  # Prefect's SQLite file in its home (PREFECT_HOME)
+# What runs and operators put on a server: empty in a template (a copy holding any of it would
+# show a new home runs, artifacts, logs or deployments that were never its own)
+RECORD_TABLES = ("flow_run", "task_run", "artifact", "log", "variable", "deployment",
+                 "block_document", "work_pool", "automation")  # fmt: skip
 
 
 def template_dirs(environ: Mapping[str, str] | None = None) -> list[Path]:
@@ -63,11 +70,17 @@ def usable(path: Path) -> bool:
     try:
         checked = connection.execute("PRAGMA quick_check").fetchall()
         revisions = connection.execute("SELECT version_num FROM alembic_version").fetchall()
+        tables = {row[0] for row in connection.execute("SELECT name FROM sqlite_master")}
+        held = [
+            connection.execute(f"SELECT EXISTS (SELECT 1 FROM {table})").fetchone()[0]
+            for table in RECORD_TABLES
+            if table in tables
+        ]
     except sqlite3.Error:
         return False
     finally:
         connection.close()
-    return checked == [("ok",)] and len(revisions) == 1
+    return checked == [("ok",)] and len(revisions) == 1 and not any(held)
 
 
 def seed(home: Path, prefect: str, environ: Mapping[str, str] | None = None) -> Path | None:
