@@ -13,7 +13,8 @@ fresh pages: a SafeTab-P run of 20 M persons spent 51 of its 132 CPU-seconds in 
 :data:`SETTINGS` fixes both where glibc's heuristic would take them: large blocks below
 32 MiB come from the heap and are reused, and free memory above 64 MiB at the heap's top
 still goes back to the kernel. Measured: 20 M secure Gaussian draws 0.93 → 0.19 system CPU-s
-(Dask's setting: 4.6); the 20 M-person run 51 → 11 system CPU-s, 132 → 84 CPU-s in all.
+(Dask's setting: 4.6); the 20 M-person run 51.1 → 18.5 system CPU-s, and 172 → 100 CPU-s in
+all in `benchmarks/das_run.py` at load 9-12 (docs/explanation/performance.md#allocator).
 
 Applied three ways: :func:`tune` in this process (``mallopt``, glibc only: elsewhere a
 no-op); the variables of :data:`SETTINGS` in the environment of the worker processes a local

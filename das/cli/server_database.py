@@ -60,7 +60,8 @@ def template_name(prefect: str) -> str:
 
 
 def usable(path: Path) -> bool:
-    """Whether ``path`` is an intact SQLite database that records one migration revision."""
+    """Whether ``path`` is an intact SQLite database that records one migration revision and
+    holds nothing in :data:`RECORD_TABLES`."""
     try:
         # read-only and immutable: no lock or -shm file beside it (templates are replaced,
         # never changed in place)
