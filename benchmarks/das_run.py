@@ -17,7 +17,8 @@ For each input folder (``--data``, or one synthesized with ``das synth --persons
   a temporary Prefect API unless ``PREFECT_API_URL`` is set, as for a user), in a fresh state
   folder and ledger of its own. Wall time, the CPU-seconds of the whole process tree
   (``getrusage`` of the waited-for children) and its peak resident memory (sampled every 0.2 s
-  over every descendant, :class:`national.TreeSampler`);
+  over every descendant, :class:`national.TreeSampler`), with what each process held at that
+  peak (the run's own process, the Dask workers, the Prefect API);
 * **the stages** of the run, from its run log: wall seconds and CPU-seconds of the run's
   process in each (``stage NAME: W s, C CPU-s``), so a stage on one core shows as ~1.0 core,
   and the time before the first stage (start-up: imports, the temporary API, the ledger).
@@ -135,6 +136,7 @@ def das_run(
                 "wall_s": wall,
                 "cpu_s": float(hit.group(4)),
                 "peak_bytes": sampler.peak(ended_at - wall, ended_at),
+                "peak_by_process": sampler.composition(ended_at - wall, ended_at),
             }
     if code != 0:
         tail = (folder / "console.txt").read_text().splitlines()[-5:]
@@ -146,6 +148,7 @@ def das_run(
         "wall_s": ended - started,
         "cpu_s": cpu,
         "peak_bytes": sampler.peak(started, ended),
+        "peak_by_process": sampler.composition(started, ended),
         "load": load,
         "load_end": _load(),
         "stages": stages,
@@ -232,6 +235,13 @@ def main() -> None:
         args.json.write_text(json.dumps(results, indent=1))
 
 
+def _held(figure: dict[str, Any]) -> str:
+    """Who held the peak: `` (run 1.20, dask worker 0.90, prefect api 0.30 GiB)``."""
+    parts = figure.get("peak_by_process") or {}
+    held = ", ".join(f"{role} {size / 2**30:.2f}" for role, size in sorted(parts.items()))
+    return f" ({held} GiB)" if held else ""
+
+
 def report(results: dict[str, Any]) -> None:
     product = results["product"]
     print(f"\nbenchmarks/das_run.py {product}: median of {results['repeat']} "
@@ -248,7 +258,7 @@ def report(results: dict[str, Any]) -> None:
         for label, items in (("floor (pyarrow parse)", floors), ("das run", runs)):
             for item in items:
                 extra = (f", peak {item['peak_bytes'] / 2**30:.2f} GiB of the process tree"
-                         if "peak_bytes" in item else "")  # fmt: skip
+                         f"{_held(item)}" if "peak_bytes" in item else "")  # fmt: skip
                 print(f"    {label:<22} {item['wall_s']:8.1f} s  {item['cpu_s']:8.1f} CPU-s  "
                       f"load {item['load']:.1f}{extra}")  # fmt: skip
         print(f"    ratio (medians) {run_wall / floor_wall:.2f}× the floor")
@@ -261,7 +271,8 @@ def report(results: dict[str, Any]) -> None:
                 continue
             cores = figure["cpu_s"] / figure["wall_s"] if figure["wall_s"] > 0 else 0.0
             print(f"      {stage:<12} {figure['wall_s']:7.1f} s {figure['cpu_s']:8.1f} CPU-s "
-                  f"({cores:.2f} cores), peak {figure['peak_bytes'] / 2**30:.2f} GiB")  # fmt: skip
+                  f"({cores:.2f} cores), peak {figure['peak_bytes'] / 2**30:.2f} GiB"
+                  f"{_held(figure)}")  # fmt: skip
     if len(results["passes"]) > 1:
         print(f"  all passes: das run {total_run:.1f} s, floor {total_floor:.1f} s, "
               f"ratio {total_run / total_floor:.2f}×")  # fmt: skip

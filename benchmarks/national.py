@@ -262,7 +262,9 @@ def child_main(args: argparse.Namespace) -> None:
 
 
 class TreeSampler(threading.Thread):
-    """Samples the resident memory of a process and all its descendants (psutil)."""
+    """Samples the resident memory of a process and all its descendants (psutil), and which
+    of them holds it: :meth:`composition` names the processes at the peak (the run's own
+    process, the Prefect API, the Dask workers), so a peak says where to look."""
 
     def __init__(self, pid: int) -> None:
         super().__init__(daemon=True)
@@ -270,29 +272,66 @@ class TreeSampler(threading.Thread):
 
         self.root = psutil.Process(pid)
         self.samples: list[tuple[float, int]] = []
+        self.parts: list[dict[str, int]] = []  # role -> resident bytes, one per sample
+        self.roles: dict[int, str] = {}
         self.stopped = threading.Event()
 
-    def total_rss(self) -> int:
+    def _role(self, process: Any) -> str:
         import psutil
 
-        total = 0
+        if process.pid not in self.roles:
+            try:
+                command = " ".join(process.cmdline())
+            except psutil.Error:
+                command = ""
+            if process.pid == self.root.pid:
+                role = "run"
+            elif "spawn_main" in command or "distributed" in command:
+                role = "dask worker"
+            elif "prefect" in command or "uvicorn" in command:
+                role = "prefect api"
+            else:
+                role = "other"
+            self.roles[process.pid] = role
+        return self.roles[process.pid]
+
+    def rss_by_role(self) -> dict[str, int]:
+        """Resident bytes of the tree now, by role (a role's processes summed)."""
+        import psutil
+
+        parts: dict[str, int] = {}
         try:
             processes = [self.root, *self.root.children(recursive=True)]
         except psutil.Error:
-            return 0
+            return parts
         for process in processes:
             with contextlib.suppress(psutil.Error):
-                total += process.memory_info().rss
-        return total
+                role = self._role(process)
+                parts[role] = parts.get(role, 0) + process.memory_info().rss
+        return parts
+
+    def total_rss(self) -> int:
+        return sum(self.rss_by_role().values())
 
     def run(self) -> None:
         while not self.stopped.is_set():
-            self.samples.append((time.time(), self.total_rss()))
+            parts = self.rss_by_role()
+            self.samples.append((time.time(), sum(parts.values())))
+            self.parts.append(parts)
             self.stopped.wait(SAMPLE_SECONDS)
 
+    def _inside(self, start: float, end: float) -> list[int]:
+        return [i for i, (t, _) in enumerate(self.samples) if start <= t <= end + SAMPLE_SECONDS]
+
     def peak(self, start: float, end: float) -> int:
-        inside = [rss for t, rss in self.samples if start <= t <= end + SAMPLE_SECONDS]
-        return max(inside, default=0)
+        return max((self.samples[i][1] for i in self._inside(start, end)), default=0)
+
+    def composition(self, start: float, end: float) -> dict[str, int]:
+        """Resident bytes by role at the peak of the tree between ``start`` and ``end``."""
+        inside = self._inside(start, end)
+        if not inside:
+            return {}
+        return dict(self.parts[max(inside, key=lambda i: self.samples[i][1])])
 
 
 def _gib(value: float) -> str:
