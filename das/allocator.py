@@ -16,6 +16,12 @@ still goes back to the kernel. Measured: 20 M secure Gaussian draws 0.93 → 0.1
 (Dask's setting: 4.6); the 20 M-person run 51.1 → 18.5 system CPU-s, and 172 → 100 CPU-s in
 all in `benchmarks/das_run.py` at load 9-12 (docs/explanation/performance.md#allocator).
 
+:func:`release` gives the free memory of every arena back to the kernel (``malloc_trim``) and
+Arrow's pool its unused memory: between the passes of a long read, whose chunks of a few
+megabytes each leave the heaps of its threads fragmented, so that the process would otherwise
+keep the read's peak to the end of the run (measured: 0.80 GiB held by a 30 M-person PHSafe
+run's process while its workers counted; docs/explanation/performance.md).
+
 Applied three ways: :func:`tune` in this process (``mallopt``, glibc only: elsewhere a
 no-op); the variables of :data:`SETTINGS` in the environment of the worker processes a local
 cluster spawns (``flows.runner``: glibc reads them when a process starts); and ``dask worker
@@ -47,3 +53,26 @@ def tune() -> bool:
     return bool(
         mallopt(_M_MMAP_THRESHOLD, MMAP_THRESHOLD) and mallopt(_M_TRIM_THRESHOLD, TRIM_THRESHOLD)
     )
+
+
+@functools.cache
+def _malloc_trim():
+    """glibc's ``malloc_trim`` from the symbols already loaded in this process (no search
+    of the library path: ``find_library`` would run ``ldconfig``), or None elsewhere."""
+    try:
+        return ctypes.CDLL(None).malloc_trim
+    except (OSError, AttributeError):
+        return None
+
+
+def release() -> None:
+    """Free memory back to the kernel: glibc's arenas (``malloc_trim(0)``, a no-op elsewhere)
+    and Arrow's default pool, when Arrow is loaded."""
+    import sys
+
+    trim = _malloc_trim()
+    if trim is not None:
+        trim(0)
+    arrow = sys.modules.get("pyarrow")
+    if arrow is not None:
+        arrow.default_memory_pool().release_unused()

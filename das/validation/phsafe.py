@@ -57,10 +57,10 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
+from das import allocator
 from das.io.arrays import RawColumns
 from das.io.phsafe import GEO, PERSONS, UNITS
 from das.io.tables import (
-    DEFAULT_CHUNK_BYTES,
     InputFormatError,
     TableSpec,
     estimated_rows,
@@ -70,6 +70,7 @@ from das.specs.config import PHSafeConfig, load_phsafe_config
 from das.validation.findings import ValidationReport
 from das.validation.runner import DEFAULT_SAMPLE_ROWS, Context, run_validation
 from das.validation.scan import (
+    SCAN_CHUNK_BYTES,
     ChunkHook,
     EngineTap,
     FileScan,
@@ -288,9 +289,9 @@ class _BucketSpill:
         bounds = np.searchsorted(np.sort(bucket, kind="stable"), np.arange(self.buckets + 1))
         values = {"row": frame.index.to_numpy()}
         for name, dtype in self.dtypes.items():
-            if name != "row":
+            if name != "row":  # narrowed before the split: the parts wait for their turn
                 info = np.iinfo(dtype)
-                values[name] = np.clip(columns[name], -1, info.max)
+                values[name] = np.clip(columns[name], -1, info.max).astype(dtype, copy=False)
         parts = []
         for k in range(self.buckets):  # a loop over buckets, not over rows
             part = order[bounds[k] : bounds[k + 1]]
@@ -578,7 +579,7 @@ def validate_phsafe(
     *,
     run_gx: bool = True,
     sample_rows: int = DEFAULT_SAMPLE_ROWS,
-    chunk_bytes: int = DEFAULT_CHUNK_BYTES,
+    chunk_bytes: int = SCAN_CHUNK_BYTES,
     taps: Mapping[str, EngineTap] | None = None,
 ) -> ValidationReport:
     """Validate PHSafe inputs; always writes the report folder (default ``<data>/validation``).
@@ -600,6 +601,7 @@ def validate_phsafe(
             _checks(context, config, buckets, spill_root)
         finally:
             shutil.rmtree(spill_root, ignore_errors=True)
+            allocator.release()  # the buckets' checks: not held while the engine counts
 
     def _checks(
         context: Context, config: PHSafeConfig | None, buckets: int, spill_root: Path

@@ -27,7 +27,7 @@ from pathlib import Path
 from typing import TypeVar
 
 from das.io.atomic import atomic_write_text
-from das.io.tables import DEFAULT_CHUNK_BYTES, TableSpec, resolve_input
+from das.io.tables import TableSpec, resolve_input
 from das.specs.config import ConfigError
 from das.validation.findings import (
     FailureCollector,
@@ -35,7 +35,7 @@ from das.validation.findings import (
     ValidationReport,
     render_html,
 )
-from das.validation.scan import FILE_READABLE, FileScan, fill_values, locate
+from das.validation.scan import FILE_READABLE, SCAN_CHUNK_BYTES, FileScan, fill_values, locate
 from das.validation.suites import TABLE_TYPES, Suite
 
 DEFAULT_SAMPLE_ROWS = 20_000
@@ -56,7 +56,7 @@ class Context:
     collector: FailureCollector
     report: ValidationReport
     sample_rows: int = DEFAULT_SAMPLE_ROWS
-    chunk_bytes: int = DEFAULT_CHUNK_BYTES
+    chunk_bytes: int = SCAN_CHUNK_BYTES
     scans: list[tuple[Suite, FileScan]] = field(default_factory=list)
 
     def ran(self, *checks: str) -> None:
@@ -130,7 +130,7 @@ def run_validation(
     *,
     run_gx: bool = True,
     sample_rows: int = DEFAULT_SAMPLE_ROWS,
-    chunk_bytes: int = DEFAULT_CHUNK_BYTES,
+    chunk_bytes: int = SCAN_CHUNK_BYTES,
 ) -> ValidationReport:
     """Run ``checks`` and GX, and always leave report.json, report.html, Data Docs and a log."""
     started = time.perf_counter()

@@ -39,11 +39,11 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 from das.io.safetab_p import GRF_C, PERSON_RECORDS, RACE_COLUMNS
-from das.io.tables import DEFAULT_CHUNK_BYTES
 from das.specs.config import SafeTabPConfig, load_safetab_p_config
 from das.validation.findings import ValidationReport
 from das.validation.runner import DEFAULT_SAMPLE_ROWS, Context, run_validation
 from das.validation.scan import (
+    SCAN_CHUNK_BYTES,
     EngineTap,
     RawChunk,
     first_values,
@@ -351,7 +351,7 @@ def validate_safetab_p(
     *,
     run_gx: bool = True,
     sample_rows: int = DEFAULT_SAMPLE_ROWS,
-    chunk_bytes: int = DEFAULT_CHUNK_BYTES,
+    chunk_bytes: int = SCAN_CHUNK_BYTES,
     taps: Mapping[str, EngineTap] | None = None,
 ) -> ValidationReport:
     """Validate SafeTab-P inputs; always writes the report folder (default ``<data>/validation``).

@@ -44,9 +44,9 @@ import pandas as pd
 import pyarrow as pa
 import pyarrow.compute as pc
 
+from das import allocator
 from das.io.fingerprint import RecordFingerprint
 from das.io.tables import (
-    DEFAULT_CHUNK_BYTES,
     Column,
     InputFormatError,
     Kind,
@@ -74,6 +74,14 @@ FILE_PRESENT = "file_present"
 _DIGITS = r"^[0-9]{1,18}$"
 
 MAX_SCAN_WORKERS = 4
+# The read's chunk: each chunk in flight (read, parsed, checked, waiting for its turn: about
+# five with two workers) holds its text and, while checked, several times as much in
+# conversions and spill parts. 32 MiB: the one read of 30 M PHSafe persons peaked at 1.0 GiB
+# in the run's process (2.4 GiB with 64 MiB chunks and int64 copies), at the same CPU-seconds.
+SCAN_CHUNK_BYTES = 32 * 1024 * 1024
+# Free memory goes back to the kernel every this many chunks and at the end of a file
+# (das.allocator.release): the threads' heaps would otherwise keep the read's peak.
+RELEASE_EVERY_CHUNKS = 16
 # A product's per-chunk checks (see scan_file): called in a worker thread; what it returns, if
 # anything, is called afterwards in file order.
 ChunkHook = Callable[["RawChunk", dict[str, np.ndarray]], Callable[[], None] | None]
@@ -106,6 +114,11 @@ class RawChunk:
     def raw(self, name: str) -> pa.ChunkedArray:
         """A column as parsed (text, or dictionary-encoded text)."""
         return self.table.column(name)
+
+    def forget_views(self) -> None:
+        """Drop the columns' views (their encodings and conversions): memory of a chunk that
+        is done being checked."""
+        self._views.clear()
 
     def view(self, name: str) -> ColumnView:
         """The chunk's :class:`ColumnView` of a column (one per column: what one rule or
@@ -192,6 +205,12 @@ def to_int(array: pa.ChunkedArray, null_token: str | None = None) -> np.ndarray:
         return np.asarray(cleaned.cast(pa.int64()), dtype=np.int64)
 
 
+def _indices(encoded: pa.DictionaryArray) -> np.ndarray:
+    """A dictionary array's indices as numpy without a copy (Arrow's int32: an int64 copy
+    would be 8 bytes a row for each code column of every chunk in flight)."""
+    return np.asarray(encoded.indices)
+
+
 class ColumnView:
     """One chunk's column; rules and conversions run once per *distinct* value when it has few.
 
@@ -214,7 +233,7 @@ class ColumnView:
             combined = array.combine_chunks()  # one dictionary for the chunk
             if combined.indices.null_count == 0:
                 values = pa.chunked_array([combined.dictionary])
-                self._encoded = (np.asarray(combined.indices, dtype=np.int64), values)
+                self._encoded = (_indices(combined), values)
             else:
                 self._array = pa.chunked_array([combined.cast(combined.type.value_type)])
         else:
@@ -240,7 +259,7 @@ class ColumnView:
                     encoded = pc.dictionary_encode(array.combine_chunks())
                     if len(encoded.dictionary) <= n // 8:
                         self._encoded = (
-                            np.asarray(encoded.indices, dtype=np.int64),
+                            _indices(encoded),
                             pa.chunked_array([encoded.dictionary]),
                         )
         return self._encoded  # type: ignore[return-value]
@@ -481,7 +500,7 @@ def scan_file(
     retain: bool = False,
     on_chunk: ChunkHook | None = None,
     sample_rows: int = 20_000,
-    chunk_bytes: int = DEFAULT_CHUNK_BYTES,
+    chunk_bytes: int = SCAN_CHUNK_BYTES,
     spill_dir: Path | None = None,
     buckets: int = 1,
     fingerprint: bool = False,
@@ -594,7 +613,14 @@ def scan_file(
                 if commit is not None:
                     commits.insert(0, commit)
         many = [name for name, view in views.items() if view.distinct > max(len(frame) // 4, 64)]
-        return _Chunk(frame, calls, flagged, keys, converted, chunk_print, commits, many)
+        # What waits for its turn in file order holds only what apply uses: the chunk's text
+        # (the sample) and its commits, not its views and conversions (several times the
+        # text, for every chunk in flight); a later use of a view makes it again.
+        del views
+        frame.forget_views()
+        return _Chunk(
+            frame, calls, flagged, keys, converted if retain else {}, chunk_print, commits, many
+        )
 
     def apply(chunk: _Chunk) -> None:
         """One analyzed chunk into the file's outcome, in file order (this thread)."""
@@ -616,8 +642,13 @@ def scan_file(
                 kept[name].append(values)
         for commit in chunk.commits:
             commit()
+        nonlocal applied
+        applied += 1
+        if applied % RELEASE_EVERY_CHUNKS == 0:
+            allocator.release()
 
     rows_read = 0
+    applied = 0
     dictionary: set[str] = set()  # columns dictionary-encoded, after the first chunk
     parsing: deque[tuple[pa.Buffer | pa.Table, Future[pa.Table | None]]] = deque()
     pending: deque[Future[_Chunk]] = deque()
@@ -706,6 +737,7 @@ def scan_file(
     if accumulator is not None and fingerprint:
         scan.fingerprint = accumulator.hexdigest()
     _close_tap(tapped, accumulator is not None and not collector.has_errors(label))
+    allocator.release()
     return scan
 
 
