@@ -9,6 +9,7 @@ import pytest
 from toy_configs import phsafe_toy_config
 
 from das.io.phsafe import input_paths, read_geo, read_persons, read_units
+from das.phsafe import streamed
 from das.phsafe.engine import (
     prepare_records,
     queries_by_table,
@@ -73,6 +74,18 @@ def test_bucketed_release_is_byte_identical_on_synthetic_data(
 ) -> None:
     config = load_phsafe_config(demo_data / "config.json")
     _compare(config, demo_data, tmp_path, buckets=5)
+
+
+def test_each_table_is_measured_after_the_counting_gives_its_memory_back(
+    demo_data: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    config = load_phsafe_config(demo_data / "config.json")
+    released: list[int] = []
+    monkeypatch.setattr(streamed.allocator, "release", lambda: released.append(1))
+    run_phsafe_streamed(
+        config, input_paths(demo_data), tmp_path / "work", SeededProvider(9), buckets=2
+    )
+    assert len(released) == len(queries_by_table(plan_phsafe(config)))
 
 
 def test_bucket_tabulations_count_what_truncate_and_join_counts(demo_data: Path) -> None:

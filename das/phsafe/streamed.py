@@ -42,6 +42,7 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
+from das import allocator
 from das.io.arrays import RawAppender, RawColumns
 from das.io.atomic import atomic_write_text
 from das.io.fingerprint import RecordFingerprint, read_fingerprints, record_fingerprint
@@ -433,7 +434,12 @@ def measure_table_streamed(
     accountant: PrivacyAccountant | None = None,
 ) -> pd.DataFrame:
     """One table's noisy rows (every query of the table, in plan order) from the summed
-    counts: the per-table task of a flow, with the table's noise store as ``rng``."""
+    counts: the per-table task of a flow, with the table's noise store as ``rng``.
+
+    It first gives back the free memory of this process's heaps (:func:`das.allocator.release`):
+    a worker that counted buckets kept their peak, 0.7 GiB per worker at national scale, to
+    the end of the run, beside the statistical postprocessing's."""
+    allocator.release()
     counts = summed_counts(config, work)
     measurements = queries_by_table(plan_phsafe(config))[table]
     return pd.concat(
