@@ -7,8 +7,9 @@ of the same run in process; a worker killed with SIGKILL after it persisted a dr
 its task ended is survived: Dask runs the task again on a live worker, which reuses the draw
 from the run folder (no measurement is drawn twice, no noise file rewritten). The workers load
 ``tests/dask_draw_log.py``, which logs every draw and every unit of work with the worker's pid.
-A worker that does not see the run's files is refused before anything is drawn. No scheduler or
-worker process outlives its test.
+A worker that does not see the run's files is refused before anything is drawn. The tests share
+one scheduler and its first worker (but the one whose cluster is made to lose its tasks); no
+worker a test starts outlives it, and no scheduler or worker process outlives the module.
 """
 
 from __future__ import annotations
@@ -94,6 +95,7 @@ class OperatorCluster:
         self.env.pop("DAS_DASK_ADDRESS", None)
         self.processes: dict[str, subprocess.Popen] = {}
         self.groups: set[int] = set()
+        self.since = 0.0  # events() are those logged from then on
         self._start("scheduler", "scheduler", "--host", "127.0.0.1", "--port", "0",
                     "--no-dashboard", "--scheduler-file", str(self.scheduler_file))  # fmt: skip
         deadline = time.monotonic() + START_SECONDS
@@ -167,7 +169,8 @@ class OperatorCluster:
     def events(self) -> list[dict[str, Any]]:
         if not self.log.is_file():
             return []
-        return [json.loads(line) for line in self.log.read_text().splitlines() if line]
+        events = (json.loads(line) for line in self.log.read_text().splitlines() if line)
+        return [e for e in events if e["t"] >= self.since]
 
     def wait_for(
         self, event: str, name: str, process: subprocess.Popen, since: float
@@ -185,42 +188,85 @@ class OperatorCluster:
             assert time.monotonic() < deadline, f"no {event} {name}"
             time.sleep(0.1)
 
+    def wait_for_workers(self, names: set[str]) -> None:
+        """Until the connected workers are ``names`` (a killed one restarted by its nanny)."""
+        deadline = time.monotonic() + START_SECONDS
+        while set(self.workers()) != names:
+            assert time.monotonic() < deadline, f"workers {set(self.workers())}, not {names}"
+            time.sleep(0.3)
+
+    def stop_worker(self, name: str) -> list[int]:
+        """Stop one worker started by :meth:`start_worker`, as :meth:`close` stops them all."""
+        return self._stop([self.processes.pop(name)])
+
     def close(self) -> list[int]:
         """Stop every process; the pids still alive in their process groups afterwards."""
-        for process in reversed(self.processes.values()):
+        return self._stop(list(reversed(self.processes.values())))
+
+    def _stop(self, processes: list[subprocess.Popen]) -> list[int]:
+        for process in processes:
             with contextlib.suppress(ProcessLookupError):
                 os.killpg(process.pid, signal.SIGTERM)
-        for process in self.processes.values():
+        for process in processes:
             try:
                 process.wait(30)
             except subprocess.TimeoutExpired:
                 os.killpg(process.pid, signal.SIGKILL)
                 process.wait(30)
+        groups = {process.pid for process in processes}
         deadline = time.monotonic() + 30
-        while (left := self.leftovers()) and time.monotonic() < deadline:
+        while (left := self.leftovers(groups)) and time.monotonic() < deadline:
             for pid in left:
                 with contextlib.suppress(ProcessLookupError):
                     os.kill(pid, signal.SIGKILL)
             time.sleep(0.5)
         return left
 
-    def leftovers(self) -> list[int]:
+    def leftovers(self, groups: set[int] | None = None) -> list[int]:
+        """The live processes of ``groups`` (default: every group this cluster started)."""
+        groups = self.groups if groups is None else groups
         alive = []
         for process in psutil.process_iter():
             with contextlib.suppress(psutil.Error, ProcessLookupError):
-                if os.getpgid(process.pid) in self.groups and process.status() != "zombie":
+                if os.getpgid(process.pid) in groups and process.status() != "zombie":
                     alive.append(process.pid)
         return alive
 
 
-@pytest.fixture
-def cluster(tmp_path: Path):
-    started = OperatorCluster(tmp_path / "cluster")
+@pytest.fixture(scope="module")
+def operator_cluster(tmp_path_factory: pytest.TempPathFactory, prefect_server: None):
+    """The scheduler and its first worker, ``w1``, started once for the tests that leave the
+    cluster as they found it (:func:`cluster`): a scheduler and a worker took ~4 CPU-s to
+    start, and the tests started 3 schedulers and 4 such workers more. Its own per-user
+    folders: nothing a worker does may depend on a test's (the runs' folders reach the
+    workers as absolute paths, which each test checks)."""
+    root = tmp_path_factory.mktemp("operator-cluster")
+    xdg = {"XDG_DATA_HOME": str(root / "data"), "XDG_STATE_HOME": str(root / "state")}
+    started = OperatorCluster(root / "cluster", xdg)
     try:
+        started.start_worker("w1")
         yield started
     finally:
         left = started.close()
     assert left == [], f"processes left behind by the cluster: {left}"
+
+
+@pytest.fixture
+def cluster(operator_cluster: OperatorCluster):
+    """The module's cluster with its one worker ``w1``, its draw log from the test's start;
+    the workers the test starts are stopped after it (no process of theirs may be left), and
+    ``w1`` is connected again (a test may have killed its process: its nanny starts another)."""
+    operator_cluster.since = time.time()
+    operator_cluster.pause_after(None)
+    before = set(operator_cluster.processes)
+    yield operator_cluster
+    left = [
+        pid
+        for name in set(operator_cluster.processes) - before
+        for pid in operator_cluster.stop_worker(name)
+    ]
+    assert left == [], f"processes left behind by the test's workers: {left}"
+    operator_cluster.wait_for_workers({"w1"})
 
 
 def _das_on_cluster(
@@ -331,13 +377,13 @@ def _one_then_two_workers(
     planned: list[str],
     paused: str,
 ) -> tuple[Counter, dict[str, Any]]:
-    """The seeded run in process, then on one worker, then on two with the worker that draws
-    ``paused`` killed after the draw: both cluster releases are the in-process one. Returns the
-    units of work of the one-worker run (by function) and its ``spill`` step marker."""
+    """The seeded run in process, then on one worker (``w1``), then on two with the worker that
+    draws ``paused`` killed after the draw: both cluster releases are the in-process one.
+    Returns the units of work of the one-worker run (by function) and its ``spill`` step
+    marker."""
     reference = tmp_path / "in-process" / "out"
     assert das_main(args(reference, "here")) == 0
 
-    cluster.start_worker("w1")
     one = tmp_path / "one-worker" / "out"
     started = time.time()
     _finished(_das_on_cluster(cluster, *args(one, "one")))
@@ -416,7 +462,6 @@ def test_a_worker_that_does_not_see_the_run_folder_is_refused_before_any_draw(
     params = private / "params"
     shutil.copytree(TOY / "input_dir_zcdp", params)
     config = params / "config.json"
-    cluster.start_worker("shared")
     cluster.start_worker(
         "own-disk",
         wrapper=(*own_disk, 'mount -t tmpfs none "$0" && shift && exec "$@"', str(private), "--"),
@@ -429,7 +474,7 @@ def test_a_worker_that_does_not_see_the_run_folder_is_refused_before_any_draw(
     )  # fmt: skip
     out, err = process.communicate(timeout=RUN_SECONDS)
     assert process.returncode == 2, out + err
-    assert "worker own-disk" in err and "worker shared" not in err
+    assert "worker own-disk" in err and "worker w1" not in err
     assert "not on a shared file system" in err, err[-1500:]
     assert "Traceback" not in err
     assert [e for e in cluster.events() if e["event"] == "fresh"] == []
@@ -451,7 +496,6 @@ def test_the_deployment_entrypoint_runs_on_the_cluster_and_a_flow_loaded_by_file
 
     params = tmp_path / "params"
     shutil.copytree(TOY / "input_dir_zcdp", params)
-    cluster.start_worker("w1")
     monkeypatch.chdir(REPO)
     monkeypatch.setenv("DAS_DASK_ADDRESS", cluster.address)
     monkeypatch.setenv("PREFECT_API_URL", _api_url())
