@@ -8,8 +8,8 @@ its task ended is survived: Dask runs the task again on a live worker, which reu
 from the run folder (no measurement is drawn twice, no noise file rewritten). The workers load
 ``tests/dask_draw_log.py``, which logs every draw and every unit of work with the worker's pid.
 A worker that does not see the run's files is refused before anything is drawn. The tests share
-one scheduler and its first worker (but the one whose cluster is made to lose its tasks); no
-worker a test starts outlives it, and no scheduler or worker process outlives the module.
+one scheduler and its first worker; no worker a test starts outlives it, and no scheduler or
+worker process outlives the module.
 """
 
 from __future__ import annotations
@@ -156,6 +156,24 @@ class OperatorCluster:
         with distributed.Client(self.address, timeout=30) as client:
             yield client
 
+    @contextlib.contextmanager
+    def allowed_failures(self, count: int):
+        """The scheduler's ``allowed_failures`` (how many workers may die running a task before
+        it is lost: ``distributed.scheduler.allowed-failures`` at its start) ``count`` for a
+        while."""
+
+        def swap(dask_scheduler: distributed.Scheduler, value: int) -> int:
+            before, dask_scheduler.allowed_failures = dask_scheduler.allowed_failures, value
+            return before
+
+        with self.client() as client:
+            before = client.run_on_scheduler(swap, value=count)
+        try:
+            yield
+        finally:
+            with self.client() as client:
+                client.run_on_scheduler(swap, value=before)
+
     def workers(self) -> dict[str, int]:
         """name → pid of each connected worker process."""
         with self.client() as client:
@@ -235,9 +253,9 @@ class OperatorCluster:
 
 @pytest.fixture(scope="module")
 def operator_cluster(tmp_path_factory: pytest.TempPathFactory, prefect_server: None):
-    """The scheduler and its first worker, ``w1``, started once for the tests that leave the
+    """The scheduler and its first worker, ``w1``, started once for the tests, which leave the
     cluster as they found it (:func:`cluster`): a scheduler and a worker took ~4 CPU-s to
-    start, and the tests started 3 schedulers and 4 such workers more. Its own per-user
+    start, and the tests started 4 schedulers and 5 such workers more. Its own per-user
     folders: nothing a worker does may depend on a test's (the runs' folders reach the
     workers as absolute paths, which each test checks)."""
     root = tmp_path_factory.mktemp("operator-cluster")
@@ -528,44 +546,37 @@ def test_the_deployment_entrypoint_runs_on_the_cluster_and_a_flow_loaded_by_file
 
 
 def test_workers_lost_mid_run_end_it_in_one_line_and_a_resume_redraws_nothing(
-    tmp_path: Path,
+    tmp_path: Path, cluster: OperatorCluster
 ) -> None:
     """The worker drawing a level is killed; with no retry left on the scheduler (allowed
     failures 0: a cluster whose workers keep dying) the task is lost. `das run` ends in one
     line naming the cause and the resume, exit 3 (not 1: nothing is wrong with the inputs);
     the same command with the run id then completes, reusing every draw the ledger holds."""
-    fragile = OperatorCluster(
-        tmp_path / "cluster", {"DASK_DISTRIBUTED__SCHEDULER__ALLOWED_FAILURES": "0"}
-    )
-    try:
-        params = tmp_path / "params"
-        shutil.copytree(TOY / "input_dir_zcdp", params)
-        output = tmp_path / "out"
-        args = ["run", "safetab-p", "--config", str(params / "config.json"), "--data",
-                str(TOY), "--output", str(output), "--seed", SEED, "--run-id", "lost",
-                "--skip-validation", "--ledger", str(tmp_path / "ledger")]  # fmt: skip
-        fragile.start_worker("w1")
+    params = tmp_path / "params"
+    shutil.copytree(TOY / "input_dir_zcdp", params)
+    output = tmp_path / "out"
+    args = ["run", "safetab-p", "--config", str(params / "config.json"), "--data",
+            str(TOY), "--output", str(output), "--seed", SEED, "--run-id", "lost",
+            "--skip-validation", "--ledger", str(tmp_path / "ledger")]  # fmt: skip
+    with cluster.allowed_failures(0):
         paused = "US/COUNTY/2/stage-1"
-        fragile.pause_after(paused)
+        cluster.pause_after(paused)
         started = time.time()
-        process = _das_on_cluster(fragile, *args)
-        event = fragile.wait_for("fresh", paused, process, started)
+        process = _das_on_cluster(cluster, *args)
+        event = cluster.wait_for("fresh", paused, process, started)
         os.kill(event["pid"], signal.SIGKILL)
-        fragile.pause_after(None)
+        cluster.pause_after(None)
         out, err = process.communicate(timeout=RUN_SECONDS)
         assert process.returncode == 3, out + err[-3000:]
         assert "Traceback" not in err
         (line,) = [line for line in err.splitlines() if "FAILED" in line]
         assert "the Dask task runner lost its workers" in line and "--run-id lost" in line
-        drawn = {e["name"] for e in fragile.events() if e["event"] == "fresh"}
+        drawn = {e["name"] for e in cluster.events() if e["event"] == "fresh"}
         assert paused in drawn and not output.exists()
 
         again = time.time()
-        _finished(_das_on_cluster(fragile, *args))
-        fresh = {e["name"] for e in fragile.events() if e["event"] == "fresh" and e["t"] >= again}
+        _finished(_das_on_cluster(cluster, *args))
+        fresh = {e["name"] for e in cluster.events() if e["event"] == "fresh" and e["t"] >= again}
         assert not fresh & drawn  # nothing drawn twice
         audit = json.loads((output / "audit.json").read_text())
         assert audit["draws"]["reused"] >= 1 and audit["parameters"]["attempt"] == 2
-    finally:
-        left = fragile.close()
-    assert left == []
