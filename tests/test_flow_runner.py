@@ -83,14 +83,29 @@ def test_a_runs_own_cluster_listens_on_loopback_only(monkeypatch: pytest.MonkeyP
             if c.status == psutil.CONN_LISTEN and c.pid in mine and c.family == socket.AF_INET
         ]
         assert listening and set(listening) == {"127.0.0.1"}, listening
-        # its worker started with the allocator settings (das.allocator), Dask's others kept
+        # its worker started with the allocator settings (das.allocator), Dask's others kept,
+        # and without the profiler nor the 20 ms tick (flows.dask_runner.QUIET)
         with distributed.Client(cluster) as client:
             (seen,) = client.run(lambda: {k: os.environ.get(k) for k in WORKER_ENV}).values()
+            (quiet,) = client.run(_quiet_settings).values()
         assert seen == WORKER_ENV
+        assert quiet == {"distributed.worker.profile.enabled": False,
+                         "distributed.admin.tick.interval": "1s", "profiling": False}  # fmt: skip
     monkeypatch.setenv("DAS_DASK_DASHBOARD", "")
     assert task_runner_from_env().cluster_kwargs["dashboard_address"] is None
     monkeypatch.setenv("DAS_DASK_DASHBOARD", "0.0.0.0:8787")
     assert task_runner_from_env().cluster_kwargs["dashboard_address"] == "0.0.0.0:8787"
+
+
+def _quiet_settings(dask_worker: object) -> dict[str, object]:
+    """In a worker: its Dask settings of flows.dask_runner.QUIET, and whether it profiles."""
+    import dask.config
+
+    return {
+        "distributed.worker.profile.enabled": dask.config.get("distributed.worker.profile.enabled"),
+        "distributed.admin.tick.interval": dask.config.get("distributed.admin.tick.interval"),
+        "profiling": dask_worker.periodic_callbacks.get("profile") is not None,
+    }
 
 
 WORKER_ENV = {
