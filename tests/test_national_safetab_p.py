@@ -327,6 +327,25 @@ def test_spec_derived_values_are_made_once_per_specs(demo_data: Path, monkeypatc
     assert key_sets.plan_by_partition(config, specs)[partition] and len(made) == 1
 
 
+def test_a_small_geography_takes_one_task_per_slot(
+    demo_data: Path, tmp_path: Path, monkeypatch
+) -> None:
+    """Below SMALL_GEOGRAPHY_BLOCKS GRF-C blocks (public) a stage's task runs cost more than its
+    work: one group of states or levels per slot of the task runner, else ``per_slot``."""
+    config = load_safetab_p_config(demo_data / "config.json")
+    work = spill.WorkFolder(tmp_path / "work")
+    spill.prepare_geography(config, read_grf_c(demo_data / "GRF-C.txt"), work)
+    blocks = sum(
+        geography.blocks.size
+        for name in spill.PASSES
+        if (geography := spill.load_geography(work, name)) is not None
+    )
+    assert 0 < blocks < task_groups.SMALL_GEOGRAPHY_BLOCKS
+    assert task_groups.groups_for(work, slots=2, per_slot=3) == 2
+    monkeypatch.setattr(task_groups, "SMALL_GEOGRAPHY_BLOCKS", blocks)
+    assert task_groups.groups_for(work, slots=2, per_slot=3) == 6
+
+
 def test_balanced_groups_put_the_largest_first_into_the_lightest_group() -> None:
     weights = {"a": 10, "b": 1, "c": 1, "d": 8, "e": 0}
     # a 11 | d 9, b 10 | c 13 (a tie: the first group) | e 11 (each item counts its weight + 1)
