@@ -18,14 +18,13 @@ all in `benchmarks/das_run.py` at load 9-12 (docs/explanation/performance.md#all
 
 Applied three ways: :func:`tune` in this process (``mallopt``, glibc only: elsewhere a
 no-op); the variables of :data:`SETTINGS` in the environment of the worker processes a local
-cluster spawns (``flows.runner``: glibc reads them when a process starts); and ``dask worker
+cluster spawns (``flows.dask_runner``: glibc reads them when a process starts); and ``dask worker
 --preload das.prefect_auth`` calls :func:`tune` in a worker of an existing cluster.
 """
 
 from __future__ import annotations
 
 import ctypes
-import ctypes.util
 import functools
 
 MMAP_THRESHOLD = 32 * 1024 * 1024  # glibc's own upper bound for it on 64-bit systems
@@ -36,13 +35,11 @@ _M_TRIM_THRESHOLD, _M_MMAP_THRESHOLD = -1, -3  # mallopt's parameters (malloc.h)
 
 @functools.cache
 def tune() -> bool:
-    """:data:`SETTINGS` in this process (once); False where the C library is not glibc."""
-    name = ctypes.util.find_library("c")
+    """:data:`SETTINGS` in this process (once); False where the C library is not glibc. The
+    process's own symbols, not ``ctypes.util.find_library``, which runs ``ldconfig -p``."""
     try:
-        mallopt = ctypes.CDLL(name).mallopt if name else None
+        mallopt = ctypes.CDLL(None).mallopt
     except (OSError, AttributeError):
-        return False
-    if mallopt is None:
         return False
     return bool(
         mallopt(_M_MMAP_THRESHOLD, MMAP_THRESHOLD) and mallopt(_M_TRIM_THRESHOLD, TRIM_THRESHOLD)

@@ -233,9 +233,10 @@ VARIABLES: tuple[Variable, ...] = (
     ),
     Variable(
         "DAS_TASK_RUNNER",
-        "unset (Dask)",
-        "`threads` runs a flow's tasks on Prefect's thread pool instead of Dask (tests and "
-        "small runs). Never in production.",
+        "unset (by the inputs' size)",
+        "`threads` runs a flow's tasks on Prefect's thread pool whatever the inputs' size "
+        "(tests). Unset, a run whose inputs are under 64 MiB, or that has no Prefect API, "
+        "uses the thread pool, and a larger one Dask worker processes. Never in production.",
         ("tests",),
     ),
     # -- tests and CI ----------------------------------------------------------------------------

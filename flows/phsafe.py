@@ -36,7 +36,7 @@ from das.privacy.accounting import summarize  # noqa: E402
 from das.refusal import RunRefused  # noqa: E402
 from das.runs.records import input_path  # noqa: E402
 from das.runs.start import RunInputs  # noqa: E402
-from flows.runner import task_runner_from_env, task_slots  # noqa: E402
+from flows.runner import RunnerChosenAtStart, task_slots  # noqa: E402
 from tasks.flow_steps import record_draws, run_once, settled  # noqa: E402
 from tasks.phsafe import (  # noqa: E402
     PHSafeOneRead,
@@ -66,12 +66,12 @@ DEFAULT_DELTA = 1e-10
 RECORD_FILES = ("persons", "units", "geo")
 
 
-# The task runner is read from the environment at import (deployment workers); `das run`
-# re-reads it per run with ``with_options``.
+# The task runner is chosen from the environment when a run starts (a deployment's worker sets
+# it); `das run` gives the flow the runner sized to its inputs with ``with_options``.
 @flow(
     name="phsafe",
     description="PHSafe (S-DHC) with estimates, audit and rerun-safe noise",
-    task_runner=task_runner_from_env(),
+    task_runner=RunnerChosenAtStart(),
 )
 def phsafe_flow(
     config: str,

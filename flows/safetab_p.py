@@ -43,7 +43,7 @@ from das.safetab_p.streamed import (  # noqa: E402
     noise_files_in_use,
     state_groups,
 )
-from flows.runner import task_runner_from_env, task_slots  # noqa: E402
+from flows.runner import RunnerChosenAtStart, task_slots  # noqa: E402
 from tasks.flow_steps import record_draws, run_once, settled  # noqa: E402
 from tasks.refusal import refused, released  # noqa: E402
 from tasks.run_context import (  # noqa: E402
@@ -101,12 +101,12 @@ def _per_state(
     return settled(list(futures), lambda future: run.advance(stage, futures[future]))
 
 
-# The task runner is read from the environment at import (deployment workers); `das run`
-# re-reads it per run with ``with_options``.
+# The task runner is chosen from the environment when a run starts (a deployment's worker sets
+# it); `das run` gives the flow the runner sized to its inputs with ``with_options``.
 @flow(
     name="safetab-p",
     description="SafeTab-P (Detailed DHC-A) with audit and rerun-safe noise",
-    task_runner=task_runner_from_env(),
+    task_runner=RunnerChosenAtStart(),
 )
 def safetab_p_flow(
     config: str,

@@ -18,19 +18,23 @@ from das.offline import configure_offline
 configure_offline()
 
 import importlib.util  # noqa: E402
+import sys  # noqa: E402
 import urllib.error  # noqa: E402
 import urllib.request  # noqa: E402
 from collections.abc import Mapping  # noqa: E402
 from pathlib import Path  # noqa: E402
+from typing import TYPE_CHECKING  # noqa: E402
 
 from prefect import get_run_logger  # noqa: E402
 from prefect.context import FlowRunContext  # noqa: E402
 from prefect.settings import PREFECT_API_URL  # noqa: E402
-from prefect_dask import DaskTaskRunner  # noqa: E402
 
 from das.refusal import RunRefused  # noqa: E402
 from das.runs.shared_storage import SharedView  # noqa: E402
 from das.trust import PrivacyLedger  # noqa: E402
+
+if TYPE_CHECKING:
+    from prefect_dask import DaskTaskRunner
 
 WORKER_WAIT_SECONDS = 60.0
 API_TIMEOUT_SECONDS = 10.0
@@ -50,11 +54,13 @@ class ClusterNotShared(RunRefused):
 
 def existing_cluster() -> DaskTaskRunner | None:
     """The flow run's task runner when it connects to an existing scheduler (an address),
-    else None (a local cluster or thread pool, or no flow run)."""
+    else None (a local cluster or thread pool, or no flow run). A process that never imported
+    prefect-dask (a run on the thread pool) has no Dask runner: nothing to import for that."""
     context = FlowRunContext.get()
     runner = None if context is None else context.task_runner
-    if isinstance(runner, DaskTaskRunner) and runner.address:
-        return runner
+    dask_runners = sys.modules.get("prefect_dask.task_runners")
+    if dask_runners is not None and isinstance(runner, dask_runners.DaskTaskRunner):
+        return runner if runner.address else None
     return None
 
 

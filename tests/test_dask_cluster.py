@@ -7,8 +7,9 @@ of the same run in process; a worker killed with SIGKILL after it persisted a dr
 its task ended is survived: Dask runs the task again on a live worker, which reuses the draw
 from the run folder (no measurement is drawn twice, no noise file rewritten). The workers load
 ``tests/dask_draw_log.py``, which logs every draw and every unit of work with the worker's pid.
-A worker that does not see the run's files is refused before anything is drawn. No scheduler or
-worker process outlives its test.
+A worker that does not see the run's files is refused before anything is drawn. The tests share
+one scheduler and its first worker; no worker a test starts outlives it, and no scheduler or
+worker process outlives the module.
 """
 
 from __future__ import annotations
@@ -47,6 +48,18 @@ PRELOAD = Path(__file__).with_name("dask_draw_log.py")
 SEED = "11"
 START_SECONDS = 90
 RUN_SECONDS = 300
+# Dask's monitors that nothing here reads, slowed or off in every process of these clusters:
+# the event-loop health tick (every 20 ms in each scheduler, nanny, worker and client), the
+# workers' statistical profiler (a thread sampling every 10 ms), the system and memory
+# monitors (500 and 100 ms). What is proven (releases, draws, kills, refusals) goes through
+# none of them; idle, a scheduler and one worker took 7.3 CPU-s in 60 s with Dask's defaults
+# and 4.1 with these (measured 2026-12-07).
+QUIET_DASK = {
+    "DASK_DISTRIBUTED__ADMIN__TICK__INTERVAL": "1s",
+    "DASK_DISTRIBUTED__WORKER__PROFILE__ENABLED": "False",
+    "DASK_DISTRIBUTED__ADMIN__SYSTEM_MONITOR__INTERVAL": "5s",
+    "DASK_DISTRIBUTED__WORKER__MEMORY__MONITOR_INTERVAL": "1s",
+}
 
 pytestmark = [
     pytest.mark.skipif(not TOY.is_dir(), reason="../shared toy inputs absent"),
@@ -76,11 +89,13 @@ class OperatorCluster:
             "PREFECT_API_URL": _api_url(),
             "DAS_TEST_DRAW_LOG": str(self.log),
             "DAS_TEST_DRAW_CONTROL": str(self.control),
+            **QUIET_DASK,
             **(env or {}),
         }
         self.env.pop("DAS_DASK_ADDRESS", None)
         self.processes: dict[str, subprocess.Popen] = {}
         self.groups: set[int] = set()
+        self.since = 0.0  # events() are those logged from then on
         self._start("scheduler", "scheduler", "--host", "127.0.0.1", "--port", "0",
                     "--no-dashboard", "--scheduler-file", str(self.scheduler_file))  # fmt: skip
         deadline = time.monotonic() + START_SECONDS
@@ -141,6 +156,24 @@ class OperatorCluster:
         with distributed.Client(self.address, timeout=30) as client:
             yield client
 
+    @contextlib.contextmanager
+    def allowed_failures(self, count: int):
+        """The scheduler's ``allowed_failures`` (how many workers may die running a task before
+        it is lost: ``distributed.scheduler.allowed-failures`` at its start) ``count`` for a
+        while."""
+
+        def swap(dask_scheduler: distributed.Scheduler, value: int) -> int:
+            before, dask_scheduler.allowed_failures = dask_scheduler.allowed_failures, value
+            return before
+
+        with self.client() as client:
+            before = client.run_on_scheduler(swap, value=count)
+        try:
+            yield
+        finally:
+            with self.client() as client:
+                client.run_on_scheduler(swap, value=before)
+
     def workers(self) -> dict[str, int]:
         """name → pid of each connected worker process."""
         with self.client() as client:
@@ -154,7 +187,8 @@ class OperatorCluster:
     def events(self) -> list[dict[str, Any]]:
         if not self.log.is_file():
             return []
-        return [json.loads(line) for line in self.log.read_text().splitlines() if line]
+        events = (json.loads(line) for line in self.log.read_text().splitlines() if line)
+        return [e for e in events if e["t"] >= self.since]
 
     def wait_for(
         self, event: str, name: str, process: subprocess.Popen, since: float
@@ -172,42 +206,85 @@ class OperatorCluster:
             assert time.monotonic() < deadline, f"no {event} {name}"
             time.sleep(0.1)
 
+    def wait_for_workers(self, names: set[str]) -> None:
+        """Until the connected workers are ``names`` (a killed one restarted by its nanny)."""
+        deadline = time.monotonic() + START_SECONDS
+        while set(self.workers()) != names:
+            assert time.monotonic() < deadline, f"workers {set(self.workers())}, not {names}"
+            time.sleep(0.3)
+
+    def stop_worker(self, name: str) -> list[int]:
+        """Stop one worker started by :meth:`start_worker`, as :meth:`close` stops them all."""
+        return self._stop([self.processes.pop(name)])
+
     def close(self) -> list[int]:
         """Stop every process; the pids still alive in their process groups afterwards."""
-        for process in reversed(self.processes.values()):
+        return self._stop(list(reversed(self.processes.values())))
+
+    def _stop(self, processes: list[subprocess.Popen]) -> list[int]:
+        for process in processes:
             with contextlib.suppress(ProcessLookupError):
                 os.killpg(process.pid, signal.SIGTERM)
-        for process in self.processes.values():
+        for process in processes:
             try:
                 process.wait(30)
             except subprocess.TimeoutExpired:
                 os.killpg(process.pid, signal.SIGKILL)
                 process.wait(30)
+        groups = {process.pid for process in processes}
         deadline = time.monotonic() + 30
-        while (left := self.leftovers()) and time.monotonic() < deadline:
+        while (left := self.leftovers(groups)) and time.monotonic() < deadline:
             for pid in left:
                 with contextlib.suppress(ProcessLookupError):
                     os.kill(pid, signal.SIGKILL)
             time.sleep(0.5)
         return left
 
-    def leftovers(self) -> list[int]:
+    def leftovers(self, groups: set[int] | None = None) -> list[int]:
+        """The live processes of ``groups`` (default: every group this cluster started)."""
+        groups = self.groups if groups is None else groups
         alive = []
         for process in psutil.process_iter():
             with contextlib.suppress(psutil.Error, ProcessLookupError):
-                if os.getpgid(process.pid) in self.groups and process.status() != "zombie":
+                if os.getpgid(process.pid) in groups and process.status() != "zombie":
                     alive.append(process.pid)
         return alive
 
 
-@pytest.fixture
-def cluster(tmp_path: Path):
-    started = OperatorCluster(tmp_path / "cluster")
+@pytest.fixture(scope="module")
+def operator_cluster(tmp_path_factory: pytest.TempPathFactory, prefect_server: None):
+    """The scheduler and its first worker, ``w1``, started once for the tests, which leave the
+    cluster as they found it (:func:`cluster`): a scheduler and a worker took ~4 CPU-s to
+    start, and the tests started 4 schedulers and 5 such workers more. Its own per-user
+    folders: nothing a worker does may depend on a test's (the runs' folders reach the
+    workers as absolute paths, which each test checks)."""
+    root = tmp_path_factory.mktemp("operator-cluster")
+    xdg = {"XDG_DATA_HOME": str(root / "data"), "XDG_STATE_HOME": str(root / "state")}
+    started = OperatorCluster(root / "cluster", xdg)
     try:
+        started.start_worker("w1")
         yield started
     finally:
         left = started.close()
     assert left == [], f"processes left behind by the cluster: {left}"
+
+
+@pytest.fixture
+def cluster(operator_cluster: OperatorCluster):
+    """The module's cluster with its one worker ``w1``, its draw log from the test's start;
+    the workers the test starts are stopped after it (no process of theirs may be left), and
+    ``w1`` is connected again (a test may have killed its process: its nanny starts another)."""
+    operator_cluster.since = time.time()
+    operator_cluster.pause_after(None)
+    before = set(operator_cluster.processes)
+    yield operator_cluster
+    left = [
+        pid
+        for name in set(operator_cluster.processes) - before
+        for pid in operator_cluster.stop_worker(name)
+    ]
+    assert left == [], f"processes left behind by the test's workers: {left}"
+    operator_cluster.wait_for_workers({"w1"})
 
 
 def _das_on_cluster(
@@ -219,6 +296,7 @@ def _das_on_cluster(
         **os.environ,
         "PREFECT_API_URL": _api_url(),
         "DAS_DASK_ADDRESS": cluster.address,
+        **QUIET_DASK,  # its client's event loop
         **(env or {}),
     }
     env.pop("DAS_TASK_RUNNER", None)
@@ -317,13 +395,13 @@ def _one_then_two_workers(
     planned: list[str],
     paused: str,
 ) -> tuple[Counter, dict[str, Any]]:
-    """The seeded run in process, then on one worker, then on two with the worker that draws
-    ``paused`` killed after the draw: both cluster releases are the in-process one. Returns the
-    units of work of the one-worker run (by function) and its ``spill`` step marker."""
+    """The seeded run in process, then on one worker (``w1``), then on two with the worker that
+    draws ``paused`` killed after the draw: both cluster releases are the in-process one.
+    Returns the units of work of the one-worker run (by function) and its ``spill`` step
+    marker."""
     reference = tmp_path / "in-process" / "out"
     assert das_main(args(reference, "here")) == 0
 
-    cluster.start_worker("w1")
     one = tmp_path / "one-worker" / "out"
     started = time.time()
     _finished(_das_on_cluster(cluster, *args(one, "one")))
@@ -402,7 +480,6 @@ def test_a_worker_that_does_not_see_the_run_folder_is_refused_before_any_draw(
     params = private / "params"
     shutil.copytree(TOY / "input_dir_zcdp", params)
     config = params / "config.json"
-    cluster.start_worker("shared")
     cluster.start_worker(
         "own-disk",
         wrapper=(*own_disk, 'mount -t tmpfs none "$0" && shift && exec "$@"', str(private), "--"),
@@ -415,7 +492,7 @@ def test_a_worker_that_does_not_see_the_run_folder_is_refused_before_any_draw(
     )  # fmt: skip
     out, err = process.communicate(timeout=RUN_SECONDS)
     assert process.returncode == 2, out + err
-    assert "worker own-disk" in err and "worker shared" not in err
+    assert "worker own-disk" in err and "worker w1" not in err
     assert "not on a shared file system" in err, err[-1500:]
     assert "Traceback" not in err
     assert [e for e in cluster.events() if e["event"] == "fresh"] == []
@@ -433,11 +510,8 @@ def test_the_deployment_entrypoint_runs_on_the_cluster_and_a_flow_loaded_by_file
     at its first task ("No module named 'safetab_p'" in the scheduler)."""
     from prefect.flows import load_flow_from_entrypoint
 
-    from flows.runner import EagerDaskTaskRunner
-
     params = tmp_path / "params"
     shutil.copytree(TOY / "input_dir_zcdp", params)
-    cluster.start_worker("w1")
     monkeypatch.chdir(REPO)
     monkeypatch.setenv("DAS_DASK_ADDRESS", cluster.address)
     monkeypatch.setenv("PREFECT_API_URL", _api_url())
@@ -459,8 +533,8 @@ def test_the_deployment_entrypoint_runs_on_the_cluster_and_a_flow_loaded_by_file
     deployed = load_flow_from_entrypoint("deploy/das_entrypoints.py:safetab_p_flow")
     assert deployed.fn.__module__ == "flows.safetab_p"
     output = tmp_path / "deployed" / "out"
-    audit = run(deployed.with_options(task_runner=EagerDaskTaskRunner(address=cluster.address)),
-                output, "r").result()  # fmt: skip
+    # (its task runner chosen as the run starts, from DAS_DASK_ADDRESS: as a worker sets it)
+    audit = run(deployed, output, "r").result()
     assert audit["status"] == "succeeded"
     planned = safetab_p_parameters(params / "config.json").plan
     assert audit["draws"] == {"fresh": len(planned), "reused": 0}
@@ -470,44 +544,37 @@ def test_the_deployment_entrypoint_runs_on_the_cluster_and_a_flow_loaded_by_file
 
 
 def test_workers_lost_mid_run_end_it_in_one_line_and_a_resume_redraws_nothing(
-    tmp_path: Path,
+    tmp_path: Path, cluster: OperatorCluster
 ) -> None:
     """The worker drawing a level is killed; with no retry left on the scheduler (allowed
     failures 0: a cluster whose workers keep dying) the task is lost. `das run` ends in one
     line naming the cause and the resume, exit 3 (not 1: nothing is wrong with the inputs);
     the same command with the run id then completes, reusing every draw the ledger holds."""
-    fragile = OperatorCluster(
-        tmp_path / "cluster", {"DASK_DISTRIBUTED__SCHEDULER__ALLOWED_FAILURES": "0"}
-    )
-    try:
-        params = tmp_path / "params"
-        shutil.copytree(TOY / "input_dir_zcdp", params)
-        output = tmp_path / "out"
-        args = ["run", "safetab-p", "--config", str(params / "config.json"), "--data",
-                str(TOY), "--output", str(output), "--seed", SEED, "--run-id", "lost",
-                "--skip-validation", "--ledger", str(tmp_path / "ledger")]  # fmt: skip
-        fragile.start_worker("w1")
+    params = tmp_path / "params"
+    shutil.copytree(TOY / "input_dir_zcdp", params)
+    output = tmp_path / "out"
+    args = ["run", "safetab-p", "--config", str(params / "config.json"), "--data",
+            str(TOY), "--output", str(output), "--seed", SEED, "--run-id", "lost",
+            "--skip-validation", "--ledger", str(tmp_path / "ledger")]  # fmt: skip
+    with cluster.allowed_failures(0):
         paused = "US/COUNTY/2/stage-1"
-        fragile.pause_after(paused)
+        cluster.pause_after(paused)
         started = time.time()
-        process = _das_on_cluster(fragile, *args)
-        event = fragile.wait_for("fresh", paused, process, started)
+        process = _das_on_cluster(cluster, *args)
+        event = cluster.wait_for("fresh", paused, process, started)
         os.kill(event["pid"], signal.SIGKILL)
-        fragile.pause_after(None)
+        cluster.pause_after(None)
         out, err = process.communicate(timeout=RUN_SECONDS)
         assert process.returncode == 3, out + err[-3000:]
         assert "Traceback" not in err
         (line,) = [line for line in err.splitlines() if "FAILED" in line]
         assert "the Dask task runner lost its workers" in line and "--run-id lost" in line
-        drawn = {e["name"] for e in fragile.events() if e["event"] == "fresh"}
+        drawn = {e["name"] for e in cluster.events() if e["event"] == "fresh"}
         assert paused in drawn and not output.exists()
 
         again = time.time()
-        _finished(_das_on_cluster(fragile, *args))
-        fresh = {e["name"] for e in fragile.events() if e["event"] == "fresh" and e["t"] >= again}
+        _finished(_das_on_cluster(cluster, *args))
+        fresh = {e["name"] for e in cluster.events() if e["event"] == "fresh" and e["t"] >= again}
         assert not fresh & drawn  # nothing drawn twice
         audit = json.loads((output / "audit.json").read_text())
         assert audit["draws"]["reused"] >= 1 and audit["parameters"]["attempt"] == 2
-    finally:
-        left = fragile.close()
-    assert left == []

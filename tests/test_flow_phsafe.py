@@ -140,7 +140,7 @@ def test_infinite_budget_run_equals_the_engine_exact_counts(tmp_path: Path) -> N
 def test_seeded_demo_run_writes_tables_estimates_audit_and_artifacts(
     tmp_path: Path, demo_data: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    monkeypatch.delenv("DAS_TASK_RUNNER")  # the default: tables in parallel on a Dask cluster
+    monkeypatch.delenv("DAS_TASK_RUNNER")  # the default: a small input's tables on threads
     config = demo_data / "config.json"
     out = tmp_path / "out"
     assert _run(config, demo_data, out, "--seed", "5", "--run-id", "demo-1") == 0
@@ -335,9 +335,11 @@ def test_worker_processes_release_what_threads_release(
     assert _run(config, small_data, threads, *args, "--ledger", str(tmp_path / "ref")) == 0
     monkeypatch.delenv("DAS_TASK_RUNNER")
     monkeypatch.setenv("PREFECT_API_URL", str(prefect.settings.PREFECT_API_URL.value()))
-    from flows.runner import task_runner_from_env
+    import flows.runner
 
-    assert task_runner_from_env().cluster_kwargs["processes"] is True
+    # As if the input were large: a small one runs on the thread pool (flows.runner).
+    monkeypatch.setattr(flows.runner, "IN_PROCESS_BELOW_BYTES", 0)
+    assert flows.runner.task_runner_from_env(inputs=1).cluster_kwargs["processes"] is True
     out = tmp_path / "processes" / "out"
     assert _run(config, small_data, out, *args) == 0
     audit = json.loads((out / "audit.json").read_text())
@@ -357,8 +359,14 @@ def test_a_load_failure_stops_the_run_with_its_own_error(
     """When reading the records fails (a units.csv value the engine cannot read, validation
     skipped), the run fails with that task's own error, in the spill stage, before any draw, on
     either task runner. (A missing file stops it earlier: no units input, nothing drawn.)"""
-    if runner == "dask":
+    if runner == "dask":  # worker processes, as for a large input (flows.runner)
+        import prefect.settings
+
+        import flows.runner
+
         monkeypatch.delenv("DAS_TASK_RUNNER")
+        monkeypatch.setenv("PREFECT_API_URL", str(prefect.settings.PREFECT_API_URL.value()))
+        monkeypatch.setattr(flows.runner, "IN_PROCESS_BELOW_BYTES", 0)
     data = tmp_path / "data"
     data.mkdir()
     for name in ("persons.csv", "geo.csv", "units.csv"):

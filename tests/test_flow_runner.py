@@ -1,4 +1,5 @@
-"""flows.runner.EagerDaskTaskRunner: the cluster starts with the flow run, not at the first task."""
+"""flows.runner: which task runner a run gets; flows.dask_runner.EagerDaskTaskRunner: the
+cluster starts with the flow run, not at the first task."""
 
 from __future__ import annotations
 
@@ -6,7 +7,8 @@ import os
 
 import pytest
 
-from flows.runner import EagerDaskTaskRunner, task_runner_from_env
+from flows.dask_runner import EagerDaskTaskRunner
+from flows.runner import task_runner_from_env
 
 pytestmark = pytest.mark.usefixtures("prefect_server")
 
@@ -81,14 +83,29 @@ def test_a_runs_own_cluster_listens_on_loopback_only(monkeypatch: pytest.MonkeyP
             if c.status == psutil.CONN_LISTEN and c.pid in mine and c.family == socket.AF_INET
         ]
         assert listening and set(listening) == {"127.0.0.1"}, listening
-        # its worker started with the allocator settings (das.allocator), Dask's others kept
+        # its worker started with the allocator settings (das.allocator), Dask's others kept,
+        # and without the profiler nor the 20 ms tick (flows.dask_runner.QUIET)
         with distributed.Client(cluster) as client:
             (seen,) = client.run(lambda: {k: os.environ.get(k) for k in WORKER_ENV}).values()
+            (quiet,) = client.run(_quiet_settings).values()
         assert seen == WORKER_ENV
+        assert quiet == {"distributed.worker.profile.enabled": False,
+                         "distributed.admin.tick.interval": "1s", "profiling": False}  # fmt: skip
     monkeypatch.setenv("DAS_DASK_DASHBOARD", "")
     assert task_runner_from_env().cluster_kwargs["dashboard_address"] is None
     monkeypatch.setenv("DAS_DASK_DASHBOARD", "0.0.0.0:8787")
     assert task_runner_from_env().cluster_kwargs["dashboard_address"] == "0.0.0.0:8787"
+
+
+def _quiet_settings(dask_worker: object) -> dict[str, object]:
+    """In a worker: its Dask settings of flows.dask_runner.QUIET, and whether it profiles."""
+    import dask.config
+
+    return {
+        "distributed.worker.profile.enabled": dask.config.get("distributed.worker.profile.enabled"),
+        "distributed.admin.tick.interval": dask.config.get("distributed.admin.tick.interval"),
+        "profiling": dask_worker.periodic_callbacks.get("profile") is not None,
+    }
 
 
 WORKER_ENV = {
@@ -126,14 +143,16 @@ def test_a_runs_own_cluster_has_the_workers_the_operator_asks_for(
             task_runner_from_env()
 
 
-def test_small_inputs_run_in_process_and_large_ones_on_worker_processes(
+def test_small_inputs_run_on_the_thread_pool_and_large_ones_on_worker_processes(
     monkeypatch: pytest.MonkeyPatch, tmp_path
 ) -> None:
-    """With a Prefect server, inputs under IN_PROCESS_BELOW_BYTES run on one in-process worker
-    with as many threads (no process pool for 100 k persons); larger ones, or a caller that
-    does not know the size (a deployment's flow), keep the worker processes. The same number
-    of task slots either way."""
-    from flows.runner import IN_PROCESS_BELOW_BYTES, input_bytes
+    """With a Prefect server, inputs under IN_PROCESS_BELOW_BYTES run on Prefect's thread pool
+    in this process (no process pool, no Dask cluster for 100 k persons); larger ones, or a
+    caller that does not know the size (a deployment's flow), keep the worker processes. The
+    same number of task slots either way."""
+    from prefect.task_runners import ThreadPoolTaskRunner
+
+    from flows.runner import IN_PROCESS_BELOW_BYTES, input_bytes, task_slots
 
     for name in ("DAS_TASK_RUNNER", "DAS_DASK_ADDRESS", "DAS_DASK_WORKERS"):
         monkeypatch.delenv(name, raising=False)
@@ -143,10 +162,39 @@ def test_small_inputs_run_in_process_and_large_ones_on_worker_processes(
     (tmp_path / "sub").mkdir()
     (tmp_path / "sub" / "big.csv").write_bytes(b"z" * 5000)  # not an input of the folder
     assert input_bytes(tmp_path) == 1024
-    small = task_runner_from_env(inputs=input_bytes(tmp_path)).cluster_kwargs
-    assert small["processes"] is False and (small["n_workers"], small["threads_per_worker"]) == (
-        1, 2)  # fmt: skip
+    small = task_runner_from_env(inputs=input_bytes(tmp_path))
+    assert isinstance(small, ThreadPoolTaskRunner) and task_slots(small) == 2
     for inputs in (IN_PROCESS_BELOW_BYTES, None):
         large = task_runner_from_env(inputs=inputs).cluster_kwargs
         assert large["processes"] is True and (large["n_workers"], large["threads_per_worker"]) == (
             2, 1)  # fmt: skip
+    monkeypatch.delenv("PREFECT_API_URL")  # no server: worker processes would each start one
+    assert isinstance(task_runner_from_env(), ThreadPoolTaskRunner)
+
+
+def test_a_flow_chooses_its_runner_when_its_run_starts_not_when_imported(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """A deployment's worker sets the environment of the run it starts: the flow's runner is
+    chosen then. Importing the flows imports nothing of Dask (a small run never needs it)."""
+    import subprocess
+    import sys
+
+    from flows.dask_runner import EagerDaskTaskRunner
+    from flows.phsafe import phsafe_flow
+
+    for name in ("DAS_TASK_RUNNER", "DAS_DASK_WORKERS"):
+        monkeypatch.delenv(name, raising=False)
+    monkeypatch.setenv("DAS_DASK_ADDRESS", "tcp://127.0.0.1:8786")
+    chosen = phsafe_flow.task_runner.duplicate()
+    assert isinstance(chosen, EagerDaskTaskRunner) and chosen.address == "tcp://127.0.0.1:8786"
+    monkeypatch.delenv("DAS_DASK_ADDRESS")
+    monkeypatch.setenv("DAS_TASK_RUNNER", "threads")
+    assert not isinstance(phsafe_flow.task_runner.duplicate(), EagerDaskTaskRunner)
+    imported = subprocess.run(
+        [sys.executable, "-c", "import sys, flows.safetab_p, flows.phsafe, das.cli.run; "
+         "print(sorted(m for m in sys.modules if m.split('.')[0] in "
+         "('distributed', 'dask', 'prefect_dask')))"],
+        capture_output=True, text=True, check=True,
+    )  # fmt: skip
+    assert imported.stdout.strip() == "[]"

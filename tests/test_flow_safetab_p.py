@@ -87,7 +87,7 @@ def test_infinite_budget_run_equals_the_engine_exact_counts(tmp_path: Path) -> N
 def test_seeded_run_writes_tables_audit_and_artifacts(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    monkeypatch.delenv("DAS_TASK_RUNNER")  # the default: levels in parallel on a Dask cluster
+    monkeypatch.delenv("DAS_TASK_RUNNER")  # the default: a small input's levels on threads
     config = _params(tmp_path)
     out = tmp_path / "out"
     assert _run(config, out, "--skip-validation", "--seed", "5", "--run-id", "seeded-1") == 0

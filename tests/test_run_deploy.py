@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import importlib
 import inspect
-import sys
 from pathlib import Path
 
 import pytest
@@ -141,11 +140,14 @@ def test_entrypoint_and_parameters_match_the_flow(deployment: dict) -> None:
 def test_production_flows_run_their_tasks_on_dask(
     deployment: dict, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    """A worker runs the entrypoint as imported: its default task runner must be Dask."""
+    """A worker runs the entrypoint as imported, with its server's address in the run's
+    environment: the task runner its run starts with must be Dask worker processes."""
     from prefect_dask import DaskTaskRunner
 
-    monkeypatch.delenv("DAS_TASK_RUNNER", raising=False)
+    for variable in ("DAS_TASK_RUNNER", "DAS_DASK_ADDRESS", "DAS_DASK_WORKERS"):
+        monkeypatch.delenv(variable, raising=False)
+    monkeypatch.setenv("PREFECT_API_URL", "http://127.0.0.1:4200/api")  # as a worker sets it
     path, name = deployment["entrypoint"].split(":")
     entrypoints = importlib.import_module(path.removesuffix(".py").replace("/", "."))
-    module = importlib.reload(sys.modules[getattr(entrypoints, name).fn.__module__])
-    assert isinstance(getattr(module, name).task_runner, DaskTaskRunner)
+    runner = getattr(entrypoints, name).task_runner.duplicate()  # as the flow engine does
+    assert isinstance(runner, DaskTaskRunner) and runner.cluster_kwargs["processes"] is True
