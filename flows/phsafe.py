@@ -28,6 +28,7 @@ configure_offline()
 from typing import Any  # noqa: E402
 
 from prefect import State, flow  # noqa: E402
+from prefect.context import FlowRunContext  # noqa: E402
 
 from das.phsafe.parameters import parse_parameters, run_inputs  # noqa: E402
 from das.postprocess.phsafe import estimates_diagnostics  # noqa: E402
@@ -35,16 +36,17 @@ from das.privacy.accounting import summarize  # noqa: E402
 from das.refusal import RunRefused  # noqa: E402
 from das.runs.records import input_path  # noqa: E402
 from das.runs.start import RunInputs  # noqa: E402
-from flows.runner import RunnerChosenAtStart  # noqa: E402
+from flows.runner import RunnerChosenAtStart, task_slots  # noqa: E402
 from tasks.flow_steps import record_draws, run_once, settled  # noqa: E402
 from tasks.phsafe import (  # noqa: E402
     PHSafeOneRead,
     count_bucket_task,
     derived_tables,
-    measure_table_task,
+    measure_tables_task,
     pass_accountant,
     postprocess_task,
     spill_records,
+    table_groups,
     write_outputs,
 )
 from tasks.refusal import refused, released  # noqa: E402
@@ -123,6 +125,12 @@ def phsafe_flow(
         return refused(PRODUCT, refusal, request_context(request), request.run_id or flow_run_id())
 
 
+def _slots() -> int:
+    """How many tasks this flow run's task runner runs at once."""
+    context = FlowRunContext.get()
+    return task_slots(context.task_runner if context is not None else None)
+
+
 def _one_read(run: ReleaseRun, inputs: RunInputs) -> PHSafeOneRead | None:
     """Validation's read of the records, made to also spill them by household bucket (None
     when the parameters or a record file are missing: validation says so)."""
@@ -164,13 +172,18 @@ def _release(
             )
         run.start_drawing()
         with run.stage("measure", len(plan.queries)):
-            futures = [
-                measure_table_task.submit(
-                    plan.config, table, queries, work, folder, seed, run.lease, run.draws
-                )
-                for table, queries in plan.queries.items()
-            ]
-            results = settled(futures, lambda _: run.advance("measure"))
+            groups = table_groups(plan.queries, _slots())
+            futures = {
+                measure_tables_task.submit(
+                    plan.config,
+                    [(table, plan.queries[table]) for table in group],
+                    work, folder, seed, run.lease, run.draws,
+                ): group
+                for group in groups
+            }  # fmt: skip
+            done = settled(list(futures), lambda f: run.advance("measure", len(futures[f])))
+            measured = {result.table: result for results in done for result in results}
+            results = [measured[table] for table in plan.queries]
             record_draws(audit, results, "tables")
         pass_name = plan.config.pass_name
         accountant = pass_accountant(plan, results)

@@ -37,7 +37,12 @@ from das.refusal import RunRefused  # noqa: E402
 from das.runs.records import input_path  # noqa: E402
 from das.runs.start import RunInputs  # noqa: E402
 from das.safetab_p.parameters import parse_parameters, run_inputs  # noqa: E402
-from das.safetab_p.streamed import level_groups, noise_files_in_use, state_groups  # noqa: E402
+from das.safetab_p.streamed import (  # noqa: E402
+    groups_for,
+    level_groups,
+    noise_files_in_use,
+    state_groups,
+)
 from flows.runner import RunnerChosenAtStart, task_slots  # noqa: E402
 from tasks.flow_steps import record_draws, run_once, settled  # noqa: E402
 from tasks.refusal import refused, released  # noqa: E402
@@ -71,7 +76,7 @@ DEFAULT_DELTA = 1e-10
 
 # Tasks per slot of the task runner in a per-state or per-level stage (das.safetab_p.streamed.
 # task_groups): a few groups per slot keep every slot busy to the end; more would cost the
-# orchestrator a task run each.
+# orchestrator a task run each (a small geography's stages: one per slot, see groups_for).
 GROUPS_PER_SLOT = 2
 
 
@@ -81,12 +86,17 @@ def _slots() -> int:
     return task_slots(context.task_runner if context is not None else None)
 
 
+def _task_groups(job: SafeTabPJob) -> int:
+    """How many groups of states or levels a stage hands the task runner."""
+    return groups_for(job.folder, _slots(), GROUPS_PER_SLOT)
+
+
 def _per_state(
     task_fn: Any, job: SafeTabPJob, states: list[int], run: ReleaseRun, stage: str
 ) -> list[list[int]]:
     """The states in groups of about equal work (:func:`state_groups`), a task per group, in
     parallel on the task runner; the groups done. Progress counts states."""
-    groups = state_groups(job.folder, states, GROUPS_PER_SLOT * _slots())
+    groups = state_groups(job.folder, states, _task_groups(job))
     futures = {task_fn.submit(job, group): len(group) for group in groups}
     return settled(list(futures), lambda future: run.advance(stage, futures[future]))
 
@@ -198,7 +208,7 @@ def _release(request: RunRequest, inputs: RunInputs, delta: float) -> dict[str, 
             run_once(steps, "combine-totals", lambda: combine_totals_task(job))
         run.start_drawing()
         partitions = job.partitions()
-        groups = level_groups(job.config, job.specs, job.folder, GROUPS_PER_SLOT * _slots())
+        groups = level_groups(job.config, job.specs, job.folder, _task_groups(job))
         with run.stage("measure", sum(len(group) for group in groups)):
             futures = {
                 measure_levels_task.submit(job, group, folder, seed, run.lease, run.draws): group

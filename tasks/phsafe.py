@@ -1,6 +1,6 @@
 """Prefect tasks of the PHSafe flow, over the bucketed engine (:mod:`das.phsafe.streamed`):
-plan → spill the records by household bucket → true counts per bucket → measure one table →
-statistical postprocessing → write.
+plan → spill the records by household bucket → true counts per bucket → measure the tables (a
+group per slot) → statistical postprocessing → write.
 
 Tasks exchange paths into the run's work folder and small records (the measured tables are
 states × iterations × cells), never the records: they run as well on a Dask cluster of separate
@@ -140,8 +140,42 @@ def count_bucket_task(config: PHSafeConfig, work: str, bucket: int) -> int:
     return bucket
 
 
-@task(name="measure-table", cache_policy=NO_CACHE, persist_result=False)
-def measure_table_task(
+def table_groups(queries: dict[str, tuple[Measurement, ...]], groups: int) -> list[list[str]]:
+    """The tables in at most ``groups`` groups of about equal queries (most queries first into
+    the group with fewest), each group and the groups in the plan's order."""
+    if groups < 1:
+        raise ValueError(f"groups must be at least 1, not {groups}")
+    order = list(queries)
+    members: list[list[str]] = [[] for _ in range(min(groups, len(order)))]
+    loads = [0] * len(members)
+    for table in sorted(order, key=lambda t: (-len(queries[t]), order.index(t))):
+        lightest = loads.index(min(loads))
+        members[lightest].append(table)
+        loads[lightest] += len(queries[table])
+    grouped = [sorted(group, key=order.index) for group in members if group]
+    return sorted(grouped, key=lambda group: order.index(group[0]))
+
+
+@task(name="measure-tables", cache_policy=NO_CACHE, persist_result=False)
+def measure_tables_task(
+    config: PHSafeConfig,
+    tables: list[tuple[str, tuple[Measurement, ...]]],
+    work: str,
+    folder: RunFolder,
+    seed: int | None,
+    lease: RunLease | None = None,
+    draws: DrawLedger | None = None,
+) -> list[TableResult]:
+    """Some tables (:func:`table_groups`), one after the other. A table's draws are its
+    states × iterations × cells whatever the persons: less work than a task run costs the
+    orchestrator, so the flow runs a group of tables per slot, not a task per table."""
+    return [
+        measure_one_table(config, table, measurements, work, folder, seed, lease, draws)
+        for table, measurements in tables
+    ]
+
+
+def measure_one_table(
     config: PHSafeConfig,
     table: str,
     measurements: tuple[Measurement, ...],

@@ -22,7 +22,7 @@ from das.runs.folder import RunFolder
 from das.runs.noise_store import NoiseStore, seeded_streams
 from das.safetab_p import spill
 from das.safetab_p.engine import run_safetab_p, write_release
-from das.safetab_p.iterations import code_positions
+from das.safetab_p.iterations import _code_iteration_matrix, code_positions, iteration_filter
 from das.safetab_p.spill import _SORTING_NETWORK_8, CombinationCodec
 from das.safetab_p.streamed import key_sets, state_records, task_groups
 from das.specs.config import SafeTabPConfig, load_safetab_p_config
@@ -284,6 +284,66 @@ def test_level_groups_hold_every_level_once_in_order_balanced_by_size(
         assert all(group == sorted(group, key=order.index) for group in split)
         loads = [sum(size[p] + 1 for p in group) for group in split]
         assert max(loads) - min(loads) <= max(size.values()) + 1, (groups, loads)
+
+
+def test_geography_is_read_once_and_again_once_prepared_again(
+    demo_data: Path, tmp_path: Path
+) -> None:
+    """Every state's and level's step asks for its pass's geography: it is read once while its
+    files stay the same, read-only (a step changing it would change every later step's), and
+    read again once prepared again (a rerun in the same work folder)."""
+    config = load_safetab_p_config(demo_data / "config.json")
+    grfc = read_grf_c(demo_data / "GRF-C.txt")
+    work = spill.WorkFolder(tmp_path / "work")
+    spill.prepare_geography(config, grfc, work)
+    first = spill.load_geography(work, "US")
+    assert first is not None and spill.load_geography(work, "US") is first
+    for array in (first.blocks, first.geounit_state, *first.geounit_entity.values()):
+        with pytest.raises(ValueError, match="read-only"):
+            array[:1] = 0
+    fewer = grfc[grfc["TABBLKST"].astype(int) != first.states[0]]
+    spill.prepare_geography(config, fewer, work)
+    again = spill.load_geography(work, "US")
+    assert again is not first and again.states == first.states[1:]
+
+
+def test_spec_derived_values_are_made_once_per_specs(demo_data: Path, monkeypatch) -> None:
+    """The code → iteration matrices and the plan are made once per specs object (every piece of
+    every state, every level asked again); the plan's callers get their own dictionaries."""
+    config = load_safetab_p_config(demo_data / "config.json")
+    specs, other = load_race_specs(demo_data), load_race_specs(demo_data)
+    selected = iteration_filter(specs, 2, state_or_above=False)
+    mask = np.ones(selected.size, dtype=bool)
+    matrix = _code_iteration_matrix(specs, selected.index, mask)
+    assert _code_iteration_matrix(specs, selected.index, mask) is matrix
+    assert _code_iteration_matrix(other, selected.index, mask) is not matrix
+    assert not matrix.data.flags.writeable and matrix.nnz > 0
+    made = []
+    original = key_sets.plan_safetab_p
+    monkeypatch.setattr(key_sets, "plan_safetab_p", lambda *a: made.append(1) or original(*a))
+    plan = key_sets.plan_by_partition(config, specs)
+    partition = next(iter(plan))
+    plan[partition].clear()
+    assert key_sets.plan_by_partition(config, specs)[partition] and len(made) == 1
+
+
+def test_a_small_geography_takes_one_task_per_slot(
+    demo_data: Path, tmp_path: Path, monkeypatch
+) -> None:
+    """Below SMALL_GEOGRAPHY_BLOCKS GRF-C blocks (public) a stage's task runs cost more than its
+    work: one group of states or levels per slot of the task runner, else ``per_slot``."""
+    config = load_safetab_p_config(demo_data / "config.json")
+    work = spill.WorkFolder(tmp_path / "work")
+    spill.prepare_geography(config, read_grf_c(demo_data / "GRF-C.txt"), work)
+    blocks = sum(
+        geography.blocks.size
+        for name in spill.PASSES
+        if (geography := spill.load_geography(work, name)) is not None
+    )
+    assert 0 < blocks < task_groups.SMALL_GEOGRAPHY_BLOCKS
+    assert task_groups.groups_for(work, slots=2, per_slot=3) == 2
+    monkeypatch.setattr(task_groups, "SMALL_GEOGRAPHY_BLOCKS", blocks)
+    assert task_groups.groups_for(work, slots=2, per_slot=3) == 6
 
 
 def test_balanced_groups_put_the_largest_first_into_the_lightest_group() -> None:

@@ -43,8 +43,9 @@ from das.postprocess.counts import LOWER_Q, UPPER_Q
 
 TARGET_ESS = 400.0
 MIN_VARIANCE = 1e-6
-# Chunks computed at once (each holds ~100 MB of draws at the default chunk size): the cores
-# of a small machine. 5.5 -> ~3 CPU-bound seconds of wall for a 100 k-person PHSafe run.
+# Threads sharing each chunk of groups (a chunk holds ~100 MB of draws at the default chunk
+# size): the cores of a small machine. 5.5 -> ~3 CPU-bound seconds of wall for a 100 k-person
+# PHSafe run.
 AVERAGE_THREADS = max(1, min(2, os.cpu_count() or 1))
 
 
@@ -74,13 +75,15 @@ _LOG_NDTR_NEG_INF = special.log_ndtr(-np.inf)
 def _truncated(
     mean: np.ndarray,
     sd: np.ndarray,
-    low: np.ndarray,
+    low: np.ndarray | float,
     high: np.ndarray | None,
     u: np.ndarray,
 ) -> tuple[np.ndarray, np.ndarray]:
     """Inverse-CDF draw of ``N(mean, sd²)`` truncated to ``[low, high]`` (clipped to it), and
     the log mass of that interval (``_log_diff_ndtr`` of its standardized ends, the same bits):
-    the importance weights reuse it. ``high=None``: ``[low, ∞)``.
+    the importance weights reuse it. ``high=None``: ``[low, ∞)``. The ends broadcast against
+    ``u``: ends given per group (``(G, 1)`` or a scalar) are evaluated once per group, and the
+    mass has their shape.
 
     In standard units with ``a ≤ 0`` (else reflect: ``x ↦ -x``, ``u ↦ 1 - u``) the draw is
     ``Φ⁻¹(Φ(a) + u (Φ(b) - Φ(a)))``, evaluated in log space (``ndtri_exp``) so that both far
@@ -165,10 +168,11 @@ def _ratio_draws(
     # (A) T first, then d on its interval, in the even draws; (B) d first, then T on its
     # interval, in the odd ones. Each scheme is drawn only where it is used.
     u_a, u_b = np.ascontiguousarray(u[:2, :, 0::2]), np.ascontiguousarray(u[:2, :, 1::2])
-    half_a = u_a.shape[1:]
-    t_a, _ = _truncated(big_y, big_sd, np.zeros(half_a), None, u_a[0])
+    # The one-sided draws' ends are each group's (a scalar lower end): their log Φ and interval
+    # mass are evaluated once per group, not once per draw (the same values, the same bits).
+    t_a, _ = _truncated(big_y, big_sd, 0.0, None, u_a[0])
     d_a, log_m_a_even = _truncated(yd, sd_d, np.maximum(1.0, t_a / tau), t_a / c, u_a[1])
-    d_b, _ = _truncated(yd, sd_d, np.ones(u_b.shape[1:]), None, u_b[0])
+    d_b, _ = _truncated(yd, sd_d, 1.0, None, u_b[0])
     t_b, log_m_b_odd = _truncated(big_y, big_sd, c * d_b, tau * d_b, u_b[1])
     total, den = np.empty(shape), np.empty(shape)
     total[:, 0::2], total[:, 1::2] = t_a, t_b
@@ -195,7 +199,7 @@ def _ratio_draws(
         mu = (v2 * num_y[:, :1] + v1 * (total - num_y[:, 1:])) / (v1 + v2)
         s = np.sqrt(v1 * v2 / (v1 + v2))
         # G(T) = P(0 ≤ n_1 ≤ T): the mass of the interval n_1 is drawn on
-        first, log_g = _truncated(mu, s, np.zeros(shape), total, u[2])
+        first, log_g = _truncated(mu, s, 0.0, total, u[2])
         parts = np.stack([first, total - first], axis=1)
     log_weight = np.where(feasible & np.isfinite(log_q), log_g - log_q, -np.inf)
     return RatioDraws(parts, den, log_weight)
@@ -296,6 +300,12 @@ def _summarize(
     return mean, lower, upper, num_mean, den_mean, ess
 
 
+def _split(size: int, parts: int) -> list[slice]:
+    """``range(size)`` in at most ``parts`` consecutive slices of sizes differing by one at most."""
+    count = min(parts, size)
+    return [slice(size * k // count, size * (k + 1) // count) for k in range(count)]
+
+
 def average_posterior(
     components: list[RatioComponent],
     part_masks: np.ndarray,
@@ -314,9 +324,9 @@ def average_posterior(
     ``component_masks[j]``; all outputs share one set of draws, so e.g. PH8's total is the
     ratio of the summed owner and renter draws and is consistent with its parts. Groups whose
     ESS is under ``target_ess`` are redrawn with 4× the draws, up to ``max_rounds`` rounds.
-    Chunks of groups are computed on ``threads`` threads (NumPy and SciPy's special functions
-    release the GIL), their uniforms drawn beforehand in order: the same estimates, bit for
-    bit, as one thread.
+    Each chunk of groups is shared between ``threads`` threads (NumPy and SciPy's special
+    functions release the GIL), its uniforms drawn beforehand in order: the same estimates, bit
+    for bit, as one thread.
     A group whose constraints admit no value (only possible with zero-variance inputs) gets NaN.
     """
     n_groups = components[0].num_y.shape[0]
@@ -348,9 +358,13 @@ def average_posterior(
                 # The uniforms here, in order: the generator's stream is the same however
                 # many chunks run at once, so are the estimates.
                 uniforms = [generator.random((3, rows.size, size)) for _ in components]
-                work = (components, rows, part_masks, component_masks, uniforms)
-                running.append((rows, pool.submit(_summarize, *work)))
-                if len(running) >= threads:  # at most `threads` chunks held at once
+                # The chunk's groups shared between the threads (each group is summarized
+                # from its own uniforms alone): no thread idles beside a last, smaller chunk.
+                for part in _split(rows.size, threads):
+                    work = (components, rows[part], part_masks, component_masks,
+                            [u[:, part] for u in uniforms])  # fmt: skip
+                    running.append((rows[part], pool.submit(_summarize, *work)))
+                while len(running) > threads:  # this chunk computing, the next one drawn
                     done_rows, future = running.popleft()
                     collect(done_rows, future.result(), size)
             while running:

@@ -24,6 +24,7 @@ import numpy as np
 import scipy.sparse as sp
 
 from das.io.safetab_p import NULL_RACE_CODE
+from das.safetab_p.memo import of_specs
 from das.specs.race_specs import TRUE, RaceEthnicitySpecs
 
 
@@ -63,7 +64,17 @@ def _code_iteration_matrix(
     specs: RaceEthnicitySpecs, columns: np.ndarray, mask: np.ndarray
 ) -> sp.csr_matrix:
     """(n_codes + 1) × len(columns) 0/1 matrix: code → its iterations among ``columns`` where
-    ``mask`` (over columns) holds; the extra last row is the "unknown code" row (empty)."""
+    ``mask`` (over columns) holds; the extra last row is the "unknown code" row (empty).
+
+    Made once per specs, columns and mask (every piece of every state asks for the same few:
+    :mod:`das.safetab_p.memo`), read-only."""
+    key = ("code-iteration", columns.tobytes(), mask.tobytes())
+    return of_specs(specs, key, lambda: _make_code_iteration_matrix(specs, columns, mask))
+
+
+def _make_code_iteration_matrix(
+    specs: RaceEthnicitySpecs, columns: np.ndarray, mask: np.ndarray
+) -> sp.csr_matrix:
     column_of = np.full(specs.iteration_code.size, -1, dtype=np.int64)
     column_of[columns[mask]] = np.flatnonzero(mask)
     pair_iteration = specs.pair_iteration_index.astype(np.int64)
@@ -77,6 +88,8 @@ def _code_iteration_matrix(
     )
     matrix.sum_duplicates()
     matrix.data[:] = 1
+    for array in (matrix.data, matrix.indices, matrix.indptr):
+        array.flags.writeable = False
     return matrix
 
 

@@ -58,6 +58,7 @@ from das.safetab_p.coterminous import coterminous_sets
 from das.safetab_p.iterations import code_positions
 from das.safetab_p.keys import geography_entities, pass_blocks
 from das.safetab_p.measure import AGE_EDGES, N_AGE23
+from das.safetab_p.memo import file_identity, geography_of
 from das.safetab_p.stability import RaceCodeBoundError, require_race_code_bound
 from das.specs.config import SafeTabGeography, SafeTabPConfig
 from das.specs.race_specs import RaceEthnicitySpecs
@@ -310,20 +311,41 @@ def prepare_geography(config: SafeTabPConfig, grfc: pd.DataFrame, work: WorkFold
 
 
 def load_geography(work: WorkFolder, pass_name: str) -> PassGeography | None:
-    """A pass's geography maps (None when the pass is not tabulated)."""
+    """A pass's geography maps (None when the pass is not tabulated), read-only.
+
+    Read once per process while its files stay the same (every state's and level's step asks
+    for it: :func:`das.safetab_p.memo.geography_of`); the block-level maps (8 M blocks in the
+    US) are mapped from their files, not kept in memory.
+    """
     folder = work.geography(pass_name)
     names_file = folder / "geographies.json"
     if not names_file.is_file():
         return None
-    geographies = tuple(SafeTabGeography(name) for name in json.loads(names_file.read_text()))
+    names = json.loads(names_file.read_text())
+    files = [names_file, *(folder / name for name in _GEOGRAPHY_FILES)]
+    files += [folder / f"{kind}-{name}.npy" for name in names for kind in ("entity", "regions")]
+    key = ("geography", str(folder.absolute()), pass_name, tuple(names), file_identity(*files))
+    return geography_of(key, lambda: _read_geography(folder, pass_name, names))
+
+
+_GEOGRAPHY_FILES = ("blocks.npy", "block_geounit.npy", "geounit_state.npy")
+
+
+def _read_geography(folder: Path, pass_name: str, names: list[str]) -> PassGeography:
+    def read(name: str, mapped: bool = False) -> np.ndarray:
+        array = np.load(folder / name, mmap_mode="r" if mapped else None)
+        array.flags.writeable = False
+        return array
+
+    geographies = tuple(SafeTabGeography(name) for name in names)
     return PassGeography(
         pass_name=pass_name,
         geographies=geographies,
-        blocks=np.load(folder / "blocks.npy"),
-        block_geounit=np.load(folder / "block_geounit.npy"),
-        geounit_state=np.load(folder / "geounit_state.npy"),
-        geounit_entity={g: np.load(folder / f"entity-{g.value}.npy") for g in geographies},
-        region_ids={g: np.load(folder / f"regions-{g.value}.npy") for g in geographies},
+        blocks=read("blocks.npy", mapped=True),
+        block_geounit=read("block_geounit.npy", mapped=True),
+        geounit_state=read("geounit_state.npy"),
+        geounit_entity={g: read(f"entity-{g.value}.npy") for g in geographies},
+        region_ids={g: read(f"regions-{g.value}.npy") for g in geographies},
     )
 
 

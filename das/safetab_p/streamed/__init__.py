@@ -55,7 +55,7 @@ from das.safetab_p.streamed.run_in_process import (
     run_safetab_p_streamed,
 )
 from das.safetab_p.streamed.state_records import pass_of_state, tabulated_states
-from das.safetab_p.streamed.task_groups import level_groups, state_groups
+from das.safetab_p.streamed.task_groups import groups_for, level_groups, state_groups
 from das.safetab_p.streamed.true_cells import combine_cells, count_state_cells
 from das.safetab_p.streamed.true_totals import combine_totals, count_state_totals
 
@@ -69,6 +69,7 @@ __all__ = [
     "combine_totals",
     "count_state_cells",
     "count_state_totals",
+    "groups_for",
     "level_groups",
     "level_spaces",
     "measure_level_streamed",

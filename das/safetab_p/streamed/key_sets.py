@@ -16,6 +16,7 @@ import numpy as np
 from das.privacy.accounting import Measurement
 from das.safetab_p.iterations import IterationFilter, iteration_filter
 from das.safetab_p.keys import GeographyEntities
+from das.safetab_p.memo import of_specs
 from das.safetab_p.plan import plan_safetab_p
 from das.safetab_p.spill import PassGeography, WorkFolder, load_geography
 from das.safetab_p.stability import detailed_only_levels, stability
@@ -121,11 +122,19 @@ def level_space(
 def plan_by_partition(
     config: SafeTabPConfig, specs: RaceEthnicitySpecs
 ) -> dict[str, dict[str, Measurement]]:
-    """The plan's measurements by level partition ("PASS/GEOGRAPHY/LEVEL"), keyed by stage."""
-    plan = plan_safetab_p(
-        config, stability(specs, config.max_race_codes), detailed_only_levels(specs)
-    )
-    grouped: dict[str, dict[str, Measurement]] = {}
-    for item in plan:
-        grouped.setdefault(str(item.partition), {})[str(item.metadata["stage"])] = item
-    return grouped
+    """The plan's measurements by level partition ("PASS/GEOGRAPHY/LEVEL"), keyed by stage.
+
+    The plan is made once per specs and config (every level asks: :mod:`das.safetab_p.memo`);
+    the caller gets its own dictionaries."""
+
+    def grouped() -> dict[str, dict[str, Measurement]]:
+        plan = plan_safetab_p(
+            config, stability(specs, config.max_race_codes), detailed_only_levels(specs)
+        )
+        by_partition: dict[str, dict[str, Measurement]] = {}
+        for item in plan:
+            by_partition.setdefault(str(item.partition), {})[str(item.metadata["stage"])] = item
+        return by_partition
+
+    kept = of_specs(specs, ("plan-by-partition", config.model_dump_json()), grouped)
+    return {partition: dict(stages) for partition, stages in kept.items()}

@@ -45,6 +45,22 @@ def balanced_groups(
     return sorted(grouped, key=lambda group: order[group[0]])
 
 
+# A small geography's stages take less than their task runs cost (~0.1 CPU-s each to submit and
+# start): one group per slot below this many GRF-C blocks (100 k synthetic persons have 12 k).
+SMALL_GEOGRAPHY_BLOCKS = 50_000
+
+
+def groups_for(work: WorkFolder, slots: int, per_slot: int) -> int:
+    """How many groups a per-state or per-level stage runs on ``slots`` task slots: ``per_slot``
+    per slot, one below :data:`SMALL_GEOGRAPHY_BLOCKS` blocks (the GRF-C's size: public)."""
+    blocks = sum(
+        geography.blocks.size
+        for geography in (load_geography(work, name) for name in PASSES)
+        if geography is not None
+    )
+    return (1 if blocks < SMALL_GEOGRAPHY_BLOCKS else per_slot) * slots
+
+
 def state_groups(work: WorkFolder, states: Sequence[int], groups: int) -> list[list[int]]:
     """``states`` in at most ``groups`` groups, weighed by their GRF-C blocks (states in
     order)."""
