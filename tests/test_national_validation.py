@@ -96,3 +96,24 @@ def test_buckets_without_units_are_checked(tmp_path: Path, monkeypatch) -> None:
     assert phsafe_validation._buckets_for(inputs) > 2
     checks = {check for _, _, check in report}
     assert {"person_unit_exists", "geo_has_unit"} <= checks
+
+
+def test_the_one_read_raises_a_low_limit_of_open_files_it_needs(
+    broken: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Every bucket's column files stay open while a file is read: a process started with a
+    soft limit below that (1,024 on many systems; about 2,300 files for the national units)
+    raises it (das.io.open_files) instead of failing with EMFILE half-way."""
+    import resource
+
+    before = resource.getrlimit(resource.RLIMIT_NOFILE)
+    if before[1] != resource.RLIM_INFINITY and before[1] < 4096:
+        pytest.skip(f"the hard limit ({before[1]}) leaves no room to test")
+    monkeypatch.setattr(phsafe_validation, "BUCKET_ROWS", 50)
+    assert phsafe_validation._buckets_for(broken) * len(phsafe_validation._SPILLS["units"]) > 512
+    resource.setrlimit(resource.RLIMIT_NOFILE, (512, before[1]))
+    try:
+        report = validate_phsafe(broken / "config.json", broken, tmp_path / "r", run_gx=False)
+    finally:
+        resource.setrlimit(resource.RLIMIT_NOFILE, before)
+    assert {f.check for f in report.failures} >= {"final_pop_matches_persons"}

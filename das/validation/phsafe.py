@@ -59,6 +59,7 @@ import pyarrow.compute as pc
 
 from das import allocator
 from das.io.arrays import RawColumns
+from das.io.open_files import ensure_open_files
 from das.io.phsafe import GEO, PERSONS, UNITS
 from das.io.tables import (
     InputFormatError,
@@ -266,6 +267,8 @@ class _BucketSpill:
         self.file = file
         self.buckets = buckets
         self.dtypes = _SPILLS[file]
+        # every bucket's column files stay open while the file is read (das.io.open_files)
+        ensure_open_files(buckets * len(self.dtypes), f"the one read of the {file} file")
         self._appenders = [self.columns(k).appender() for k in range(buckets)]
 
     def columns(self, bucket: int) -> RawColumns:
