@@ -28,10 +28,11 @@ def ensure_open_files(needed: int, what: str) -> None:
     if soft == resource.RLIM_INFINITY or soft >= wanted:
         return
     if hard != resource.RLIM_INFINITY and hard < wanted:
+        # No count in the text: the number of buckets follows the number of records.
         raise TooManyOpenFiles(
-            f"{what} keeps {needed:,} files open at once, and this process may open at most "
-            f"{hard:,} (its hard limit of open files): raise it (`ulimit -Hn {wanted}` as root, "
-            "or LimitNOFILE= in the service's unit) and run again; nothing was drawn"
+            f"{what} keeps more files open at once than this process may ever open (its hard "
+            f"limit of open files, {hard:,}): raise it (`ulimit -Hn 65536` as root, or "
+            "LimitNOFILE=65536 in the service's unit) and run again; nothing was drawn"
         )
     resource.setrlimit(resource.RLIMIT_NOFILE, (wanted, hard))
 
