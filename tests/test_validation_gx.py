@@ -248,8 +248,58 @@ def _page_text(path: Path) -> str:
     return re.sub(r"'_run_time_sort': [\d.]+", "", text)
 
 
+@pytest.fixture
+def gx_every_time(monkeypatch: pytest.MonkeyPatch) -> None:
+    """GX runs at every validation: nothing remembered from an earlier one in this process."""
+    from das.validation import gx_runner
+
+    monkeypatch.setattr(gx_runner, "REMEMBERED", 0)
+    monkeypatch.setattr(gx_runner, "_remembered", type(gx_runner._remembered)())
+
+
 @pytest.mark.slow
-def test_data_docs_templates_compile_once_per_process(inputs, tmp_path, monkeypatch) -> None:
+def test_the_same_samples_again_reuse_the_verdicts_and_pages(inputs, tmp_path, monkeypatch):
+    """A second validation of the same records in one process gives the first one's GX
+    verdicts, failures and Data Docs without running GX; one changed value is checked anew."""
+    from das.validation import gx_runner
+
+    monkeypatch.setattr(gx_runner, "_remembered", type(gx_runner._remembered)())
+    ran: list[int] = []
+    run_suites = gx_runner._run_suites
+
+    def counted(batches, docs_dir):
+        ran.append(len(batches))
+        return run_suites(batches, docs_dir)
+
+    monkeypatch.setattr(gx_runner, "_run_suites", counted)
+    set_field(inputs / "person-records.txt", 5, "QSEX", "0")
+
+    def validated(name: str):
+        report = validate_safetab_p(inputs / "config.json", inputs, tmp_path / name)
+        docs = tmp_path / name / "data_docs"
+        pages = {p.relative_to(docs): p.read_bytes() for p in docs.rglob("*") if p.is_file()}
+        return report, pages
+
+    def verdicts(report) -> list:
+        gx = [(s.file, s.gx_success, s.gx_failed_expectations, s.gx_rows) for s in report.files]
+        found = [(f.check, f.column, f.rows, f.values, f.source) for f in report.failures]
+        return [gx, found]
+
+    first, first_pages = validated("first")
+    again, again_pages = validated("again")
+    assert ran == [6] and not again.ok
+    assert verdicts(again) == verdicts(first) and again_pages == first_pages
+    assert (tmp_path / "again" / "data_docs" / "index.html").is_file()
+    set_field(inputs / "person-records.txt", 9, "QSEX", "0")  # one more bad value
+    changed, _ = validated("changed")
+    assert ran == [6, 6]
+    assert changed.find("expect_column_values_to_be_in_set", column="QSEX")[0].rows == [5, 9]
+
+
+@pytest.mark.slow
+def test_data_docs_templates_compile_once_per_process(
+    inputs, tmp_path, monkeypatch, gx_every_time
+) -> None:
     """GX makes new Jinja environments at each Data Docs build; the site's views
     (das.validation.data_docs) share one bytecode cache: a second build compiles no template,
     and its pages are the first build's."""
@@ -278,7 +328,7 @@ def test_data_docs_templates_compile_once_per_process(inputs, tmp_path, monkeypa
 @pytest.mark.slow
 @pytest.mark.integration  # the prewarmed GX process
 def test_the_prewarmed_process_gives_the_same_verdicts_and_data_docs(
-    inputs, tmp_path, caplog
+    inputs, tmp_path, caplog, gx_every_time
 ) -> None:
     """`das run` imports GX in a process of its own ahead of time (gx_runner.prewarm): the
     same report and the same Data Docs pages as in this process, failures included."""

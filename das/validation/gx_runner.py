@@ -14,9 +14,13 @@ caller can report them next to the engine's.
 
 from __future__ import annotations
 
+import collections
 import copy
+import hashlib
+import json
 import logging
 import shutil
+import threading
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -154,9 +158,95 @@ def prewarm() -> None:
         _prewarmed = PrewarmedGx()
 
 
+# The verdicts of the last few validations in this process, by what they checked
+# (:func:`_sample_key`): GX gives the same verdict and the same pages for the same samples
+# under the same suites, so a process that validates the same records again (the test
+# suite's, `das demo`'s validation and then its runs) reuses them instead of running GX again
+# (0.6-0.7 CPU-s for the six SafeTab-P files of the toy inputs). In memory only: the samples'
+# values never go anywhere new.
+REMEMBERED = 4
+_remembered: collections.OrderedDict[str, tuple[list[GxOutcome], dict[str, bytes] | None]] = (
+    collections.OrderedDict()
+)
+_remembered_lock = threading.Lock()  # validations may run on several threads of a process
+
+
+def _sample_key(batches: list[tuple[Suite, pd.DataFrame]], docs: bool) -> str:
+    """What decides GX's verdicts and pages: its version, each suite's rules, each sample's
+    columns, types, row numbers and values, and whether Data Docs are made."""
+    from importlib.metadata import version
+
+    digest = hashlib.sha256(json.dumps([version("great_expectations"), docs]).encode())
+    for suite, frame in batches:
+        shape = [
+            suite.name,
+            suite.data,
+            list(map(str, frame.columns)),
+            list(map(str, frame.dtypes)),
+        ]
+        digest.update(json.dumps(shape, sort_keys=True, default=str).encode())
+        digest.update(len(frame).to_bytes(8, "little"))
+        digest.update(pd.util.hash_pandas_object(frame, index=True).to_numpy().tobytes())
+    return digest.hexdigest()
+
+
+def _remembered_run(key: str, docs_dir: Path | None) -> list[GxOutcome] | None:
+    """The remembered outcomes of ``key`` (its Data Docs written into ``docs_dir``), or None."""
+    with _remembered_lock:
+        entry = _remembered.get(key)
+        if entry is None:
+            return None
+        _remembered.move_to_end(key)
+    outcomes, pages = entry
+    if docs_dir is not None and pages is not None:
+        docs_dir = Path(docs_dir).absolute()
+        if docs_dir.exists():
+            shutil.rmtree(docs_dir)
+        for name, content in pages.items():
+            page = docs_dir / name
+            page.parent.mkdir(parents=True, exist_ok=True)
+            page.write_bytes(content)
+    return copy.deepcopy(outcomes)
+
+
+def _remember(key: str, outcomes: list[GxOutcome], docs_dir: Path | None) -> None:
+    if REMEMBERED <= 0:
+        return
+    pages = None
+    if docs_dir is not None:
+        root = Path(docs_dir).absolute()
+        pages = {str(p.relative_to(root)): p.read_bytes() for p in root.rglob("*") if p.is_file()}
+    with _remembered_lock:
+        _remembered[key] = (copy.deepcopy(outcomes), pages)
+        while len(_remembered) > REMEMBERED:
+            _remembered.popitem(last=False)
+
+
 def run_suites(batches: list[tuple[Suite, pd.DataFrame]], docs_dir: Path | None) -> list[GxOutcome]:
     """Validate each (suite, sample frame) with GX; render Data Docs into ``docs_dir``; in the
-    prewarmed process when this process started one (:func:`prewarm`), else here."""
+    prewarmed process when this process started one (:func:`prewarm`), else here; or, for
+    samples this process validated already under the same suites, that validation's verdicts
+    and pages again."""
+    global _prewarmed
+    key = _sample_key(batches, docs_dir is not None) if REMEMBERED > 0 else ""
+    reused = _remembered_run(key, docs_dir) if key else None
+    if reused is not None:
+        if _prewarmed is not None:
+            _prewarmed.close()
+            _prewarmed = None
+        for outcome in reused:
+            _log_outcome(outcome, reused=True)
+        return reused
+    outcomes = _run_suites_once(batches, docs_dir)
+    if key:
+        _remember(key, outcomes, docs_dir)
+    return outcomes
+
+
+def _run_suites_once(
+    batches: list[tuple[Suite, pd.DataFrame]], docs_dir: Path | None
+) -> list[GxOutcome]:
+    """GX's verdicts on ``batches``: in the prewarmed process, else here."""
     global _prewarmed
     worker, _prewarmed = _prewarmed, None
     if worker is not None:
@@ -177,14 +267,18 @@ def run_suites(batches: list[tuple[Suite, pd.DataFrame]], docs_dir: Path | None)
     return outcomes
 
 
-def _log_outcome(outcome: GxOutcome) -> None:
+def _log_outcome(outcome: GxOutcome, reused: bool = False) -> None:
     logger.info(
-        "GX suite %s: %s on %d rows (%d expectations, %d failed)",
+        "GX suite %s: %s on %d rows (%d expectations, %d failed)%s",
         outcome.suite,
         "passed" if outcome.success else "FAILED",
         outcome.rows,
         outcome.expectations,
         len(outcome.failures),
+        " (the same sample and suite as an earlier validation in this process: its verdict "
+        "and Data Docs reused)"
+        if reused
+        else "",
     )
 
 
