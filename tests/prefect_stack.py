@@ -496,9 +496,14 @@ def refused_run(prefect_stack: PrefectStack, first_runs: dict[str, str]) -> str:
     """A second PHSafe (US) release, after the first one spent the approval ``das deploy
     --local`` signed: it pauses for its approvers' signatures and *Resume* with reject ends it
     Refused. Its flow-run id (a session fixture: every test that needs a refused run, the
-    browser's run list among them, gets this one, whichever runs first)."""
+    browser's run list among them, gets this one, whichever runs first). Like
+    ``waiting_runs``, it skips validation and runs its tasks on threads: what it proves is the
+    refusal (nothing drawn, who and why recorded); the second release's run validates and
+    starts its Dask cluster. Two clusters (its first attempt and its resume) and a Great
+    Expectations validation fewer on the 2 cores."""
     stack = prefect_stack
-    rejected = stack.trigger("phsafe/phsafe-us")
+    rejected = stack.trigger("phsafe/phsafe-us", {"skip_validation": True},
+                             {"env": {"DAS_TASK_RUNNER": "threads"}})  # fmt: skip
     paused(stack, rejected)
     stack.resume_as_the_ui_does(rejected, rejection("not this week", "release manager"))
     assert stack.wait(rejected) == "CANCELLED"

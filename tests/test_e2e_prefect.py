@@ -100,7 +100,7 @@ def _recorded_draws(ledger: PrivacyLedger, run: str) -> set[str]:
 @pytest.fixture(scope="module")
 def lost_host(prefect_stack: PrefectStack) -> LostHost:
     """A host lost mid-measure, both ways a run starts: a deployment run whose worker and then
-    flow process (with its Dask workers) are killed with SIGKILL once its ledger recorded a
+    flow process (with whatever it started) are killed with SIGKILL once its ledger recorded a
     draw, and a `das run` against the server killed with SIGKILL (its whole process group)
     once it drew. Nothing is left to report either run's end; the worker is started again, as
     an operator would, and knows nothing of the lost run. The tests that follow wait for the
@@ -111,8 +111,11 @@ def lost_host(prefect_stack: PrefectStack) -> LostHost:
     output = folder / "releases" / "output"  # in a folder of releases of its own: the das
     # run's state root (below) may not sit beside it (another run's state beside a release)
     ledger = PrivacyLedger(LedgerStore.in_directory(folder / "ledger"))
-    run = stack.trigger(SAFETAB, {"output": str(output), **UNVALIDATED},
-                        outside_production(folder / "ledger"))  # fmt: skip
+    # On Prefect's threads, as the killed run's reference: that a killed flow process's Dask
+    # workers end with it is the killed run's test; two clusters fewer (this run and its Retry).
+    lost_env = outside_production(folder / "ledger")
+    lost_env["env"]["DAS_TASK_RUNNER"] = "threads"
+    run = stack.trigger(SAFETAB, {"output": str(output), **UNVALIDATED}, lost_env)
     config = stack.root / "phsafe" / "pr"
     das_output = folder / "das-releases" / "das-run"  # its releases, in a folder of their own
     das_state = folder / "das-run-state"  # its run folders (DAS_STATE_DIR), beside that folder
