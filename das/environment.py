@@ -234,9 +234,12 @@ VARIABLES: tuple[Variable, ...] = (
     Variable(
         "DAS_TASK_RUNNER",
         "unset (by the inputs' size)",
-        "`threads` runs a flow's tasks on Prefect's thread pool whatever the inputs' size "
-        "(tests). Unset, a run whose inputs are under 64 MiB, or that has no Prefect API, "
-        "uses the thread pool, and a larger one Dask worker processes. Never in production.",
+        "`threads` runs a flow's tasks on Prefect's thread pool whatever the inputs' size, "
+        "`dask` on a local Dask cluster whatever their size (tests). Unset, a run whose "
+        "inputs are under 64 MiB (`das run`, or a deployment run by its `data` parameter), "
+        "or that has no Prefect API, uses the thread pool, and a larger one Dask worker "
+        "processes; `DAS_DASK_ADDRESS` wins over all. Any other value is refused. Never in "
+        "production.",
         ("tests",),
     ),
     # -- tests and CI ----------------------------------------------------------------------------

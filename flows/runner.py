@@ -8,16 +8,20 @@ from das.offline import configure_offline
 
 configure_offline()
 
+import logging  # noqa: E402
 import os  # noqa: E402
 import sys  # noqa: E402
 from typing import Any  # noqa: E402
+from uuid import UUID  # noqa: E402
 
 from prefect.task_runners import TaskRunner, ThreadPoolTaskRunner  # noqa: E402
 
 from das import allocator  # noqa: E402
-from flows.sizing import IN_PROCESS_BELOW_BYTES, input_bytes  # noqa: E402, F401
+from flows.sizing import IN_PROCESS_BELOW_BYTES, input_bytes  # noqa: E402
 
 DASK_WORKERS_ENV = "DAS_DASK_WORKERS"  # its worker processes (default 2)
+TASK_RUNNER_ENV = "DAS_TASK_RUNNER"  # threads or dask: the choice by the inputs' size overridden
+FLOW_RUN_ENV = "PREFECT__FLOW_RUN_ID"  # set by Prefect's worker in a deployment run's process
 
 
 def local_workers(default: int = 2) -> int:
@@ -48,15 +52,22 @@ def task_runner_from_env(workers: int | None = None, inputs: int | None = None) 
       cluster cost it ~2.7 CPU-s of scheduler, monitors and task serialization;
     * no Prefect API server is configured (``PREFECT_API_URL``): each worker process would
       start a temporary server of its own (docs/explanation/architecture.md#prefect);
-    * ``DAS_TASK_RUNNER=threads`` (tests, and whoever wants no cluster).
+    * ``DAS_TASK_RUNNER=threads`` (tests, and whoever wants no cluster);
+
+    and a local cluster whatever the inputs' size with ``DAS_TASK_RUNNER=dask``.
     """
     allocator.tune()  # this process's arrays too (validation's read, the thread pool's tasks)
     address = os.environ.get("DAS_DASK_ADDRESS")
     if workers is None:
         workers = local_workers()
-    small = inputs is not None and inputs < IN_PROCESS_BELOW_BYTES
-    threads = os.environ.get("DAS_TASK_RUNNER") == "threads"
-    if not address and (threads or small or not os.environ.get("PREFECT_API_URL")):
+    chosen = os.environ.get(TASK_RUNNER_ENV, "").strip()
+    if chosen not in ("", "threads", "dask"):
+        raise ValueError(
+            f"{TASK_RUNNER_ENV}={chosen!r}: expected threads or dask "
+            "(or unset: chosen by the inputs' size)"
+        )
+    small = chosen != "dask" and inputs is not None and inputs < IN_PROCESS_BELOW_BYTES
+    if not address and (chosen == "threads" or small or not os.environ.get("PREFECT_API_URL")):
         return ThreadPoolTaskRunner(max_workers=workers)
     from flows import dask_runner
 
@@ -68,14 +79,39 @@ def task_runner_from_env(workers: int | None = None, inputs: int | None = None) 
 class RunnerChosenAtStart(TaskRunner):
     """The flows' task runner until a run starts: Prefect enters a ``duplicate()`` of a flow's
     runner for each run, and this one's is :func:`task_runner_from_env` as the environment is
-    then (a deployment's worker sets it). Importing a flow thus starts and imports nothing of
+    then (a deployment's worker sets it) and the run's inputs (a deployment run's ``data``
+    parameter: :func:`deployment_run_inputs`). Importing a flow thus starts and imports nothing of
     Dask; `das run` gives its flow the runner sized to its inputs (``with_options``)."""
 
     def duplicate(self) -> TaskRunner:
-        return task_runner_from_env()
+        return task_runner_from_env(inputs=deployment_run_inputs())
 
     def submit(self, *args: Any, **kwargs: Any) -> Any:
         raise RuntimeError("a flow's task runner is chosen when its run starts (duplicate())")
+
+
+def deployment_run_inputs() -> int | None:
+    """The input files' bytes of the deployment run this process was started for (its ``data``
+    parameter, read from the server: the flow run's parameters are not yet in any context when
+    its task runner is chosen), so that a small deployment run gets the thread pool as a small
+    `das run` does, not two worker processes that each import the pipeline. None when this is
+    no deployment run's process or the size cannot be known (then a cluster, as before)."""
+    run_id = os.environ.get(FLOW_RUN_ENV)
+    if not run_id or not os.environ.get("PREFECT_API_URL"):
+        return None
+    try:
+        from prefect.client.orchestration import get_client
+
+        with get_client(sync_client=True) as client:
+            data = client.read_flow_run(UUID(run_id)).parameters.get("data")
+        return input_bytes(data) if isinstance(data, str) and data else None
+    except Exception as exc:  # sizing is an optimisation: a cluster still runs it
+        logging.getLogger("das.flows").warning(
+            "the size of this deployment run's inputs is unknown (%s): its tasks run on a "
+            "local Dask cluster",
+            type(exc).__name__,
+        )
+        return None
 
 
 def task_slots(runner: TaskRunner | None) -> int:

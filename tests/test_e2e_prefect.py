@@ -265,6 +265,9 @@ def test_killed_run_retried_from_the_ui_resumes_without_redraw(
     killed_out, clean_out = stack.base / "killed" / "output", stack.base / "clean" / "output"
     seeded = {"seed": 11, **UNVALIDATED}
     killed_env = outside_production(stack.base / "killed" / "ledger")
+    # On a Dask cluster though its inputs are small (they would run on threads): what a
+    # killed flow process leaves behind is its cluster's worker processes.
+    killed_env["env"]["DAS_TASK_RUNNER"] = "dask"
     run = stack.trigger(SAFETAB, {"output": str(killed_out), **seeded}, killed_env)
     process = flow_process(stack, run)
     deadline = time.monotonic() + 600
@@ -273,6 +276,7 @@ def test_killed_run_retried_from_the_ui_resumes_without_redraw(
         assert time.monotonic() < deadline, "no noise drawn within 10 minutes"
         time.sleep(0.05)
     workers = process.children(recursive=True)
+    assert workers, "the killed run's flow process started no Dask worker process"
     killed_at = time.time()
     os.kill(process.pid, signal.SIGKILL)
     assert stack.wait(run, timeout=300) == "CRASHED"
@@ -334,7 +338,9 @@ def test_a_second_release_waits_for_signatures_and_the_ledger_records_every_deci
     import base64
 
     stack = prefect_stack
-    approved = stack.trigger(SAFETAB)
+    # On a Dask cluster though its inputs are small: that a suspended run's cluster ends with
+    # its flow process is shown here (the other waiting runs run on threads).
+    approved = stack.trigger(SAFETAB, None, {"env": {"DAS_TASK_RUNNER": "dask"}})
     process = flow_process(stack, approved)
     assert processes_of(approved)  # (validating: what the helper finds while the run runs)
     # The refused run (the session's: made now, while this one starts, unless an earlier
@@ -646,7 +652,8 @@ def test_das_commands_need_the_servers_credentials(
 def test_das_run_reports_to_the_authenticated_server(prefect_stack: PrefectStack) -> None:
     """`das run` with PREFECT_API_URL set runs its flow against the server, authenticated by
     the auth file, and its tasks report to it (on in-process threads: these inputs are under
-    flows.sizing's 64 MiB; the deployment runs' Dask worker processes authenticate too)."""
+    flows.sizing's 64 MiB; the Dask worker processes of the deployment runs made to use a
+    cluster authenticate too)."""
     stack = prefect_stack
     folder = stack.root / "phsafe" / "pr"
     output = stack.base / "das-run" / "output"

@@ -198,3 +198,46 @@ def test_a_flow_chooses_its_runner_when_its_run_starts_not_when_imported(
         capture_output=True, text=True, check=True,
     )  # fmt: skip
     assert imported.stdout.strip() == "[]"
+
+
+def test_a_deployment_run_is_sized_by_its_data_parameter(
+    monkeypatch: pytest.MonkeyPatch, tmp_path
+) -> None:
+    """A deployment run's flow process (PREFECT__FLOW_RUN_ID set by Prefect's worker) reads
+    its run's ``data`` parameter from the server when its task runner is chosen: small inputs
+    run on the thread pool, as with `das run`, large ones on a local cluster; DAS_TASK_RUNNER
+    overrides (dask: a cluster for small inputs too; anything else is refused); a run the
+    server does not know keeps the cluster."""
+    from prefect.client.orchestration import get_client
+    from prefect.settings import PREFECT_API_URL
+    from prefect.task_runners import ThreadPoolTaskRunner
+
+    from flows.phsafe import phsafe_flow
+    from flows.runner import IN_PROCESS_BELOW_BYTES
+
+    for name in ("DAS_TASK_RUNNER", "DAS_DASK_ADDRESS", "DAS_DASK_WORKERS"):
+        monkeypatch.delenv(name, raising=False)
+    monkeypatch.setenv("PREFECT_API_URL", PREFECT_API_URL.value())
+    small, large = tmp_path / "small", tmp_path / "large"
+    small.mkdir(), large.mkdir()
+    (small / "persons.csv").write_bytes(b"x" * 1000)
+    with open(large / "persons.csv", "wb") as sparse:
+        sparse.truncate(IN_PROCESS_BELOW_BYTES)
+    with get_client(sync_client=True) as client:
+        runs = {
+            folder.name: client.create_flow_run(phsafe_flow, parameters={"data": str(folder)})
+            for folder in (small, large)
+        }
+
+    def chosen(run: str):
+        monkeypatch.setenv("PREFECT__FLOW_RUN_ID", run)
+        return phsafe_flow.task_runner.duplicate()
+
+    assert isinstance(chosen(str(runs["small"].id)), ThreadPoolTaskRunner)
+    assert chosen(str(runs["large"].id)).cluster_kwargs["processes"] is True
+    assert chosen("00000000-0000-4000-8000-000000000000").cluster_kwargs["processes"] is True
+    monkeypatch.setenv("DAS_TASK_RUNNER", "dask")
+    assert chosen(str(runs["small"].id)).cluster_kwargs["processes"] is True
+    monkeypatch.setenv("DAS_TASK_RUNNER", "thread")
+    with pytest.raises(ValueError, match="DAS_TASK_RUNNER='thread'"):
+        chosen(str(runs["small"].id))
