@@ -175,6 +175,46 @@ def test_a_failing_fast_tier_stops_the_e2e_scripts_and_all_they_started(tmp_path
     assert list(tmp.iterdir()) == []
 
 
+def test_the_integration_tier_starts_once_the_install_tests_end_and_a_failing_fast_tier_stops_it(
+    tmp_path: Path,
+) -> None:
+    """The integration tier starts as soon as .ci/e2e-wheel ends, while the fast tier still
+    runs; the fast tier's failure then stops it at once (its pytest, a stand-in that would
+    sleep two minutes, included) with the end-to-end chain."""
+    _prerequisites_of("e2e-prefect")
+    root, tmp, calls = _checkout(tmp_path), tmp_path / "tmp", tmp_path / "calls"
+    tmp.mkdir()
+    started = tmp_path / "started"
+    started.mkdir()
+    python = root / ".venv" / "bin" / "python"
+    python.write_text(
+        FAKE_PYTHON.replace(
+            '  *"-m pytest"*)',
+            # the install tests end at once, the end-to-end chain would run two minutes
+            '  *"test_wheel_install"*)\n    exit 0 ;;\n'
+            f'  *"-m e2e"*)\n    : > "{started}/e2e-$$"; sleep 120; exit 0 ;;\n'
+            f'  *"-m integration"*)\n    : > "{started}/integration-$$"; sleep 120; exit 0 ;;\n'
+            # the fast tier fails once the integration tier runs (at most 60 s later)
+            f'  *"not integration"*)\n    for i in $(seq 600); do ls "{started}" | grep -q'
+            " integration && break; sleep 0.1; done; exit 1 ;;\n"
+            '  *"-m pytest"*)',
+        )
+    )
+    began = time.monotonic()
+    done = _script(root, "test", tmp, calls)
+    assert done.returncode == 1, done.stdout + done.stderr
+    assert time.monotonic() - began < 90  # the stand-ins' sleep was not waited for
+    names = sorted(path.name.split("-")[0] for path in started.iterdir())
+    assert names == ["e2e", "integration"], names
+    for path in started.iterdir():  # gone (or a zombie no one has reaped yet)
+        stat = Path(f"/proc/{path.name.split('-')[1]}/stat")
+        assert not stat.exists() or stat.read_text().split(") ")[1].startswith("Z"), path.name
+    out = done.stdout
+    assert out.index("== integration tier (") < out.index("== fast tier: exit 1"), out
+    assert "stopping the integration tier and the e2e scripts" in out, out
+    assert list(tmp.iterdir()) == []
+
+
 # A stand-in `python3` for .ci/run: `python3 -m venv DIR` makes a virtualenv whose pip and uv
 # succeed and whose ruff reports a finding (after a second: the README's command is underway).
 FAKE_PYTHON3 = """#!/bin/sh
