@@ -143,34 +143,37 @@ def test_ci_test_stops_at_once_when_tmpdir_is_not_a_folder(tmp_path: Path) -> No
     assert not calls.exists()
 
 
-def test_a_failing_fast_tier_stops_the_e2e_scripts_and_all_they_started(tmp_path: Path) -> None:
-    """The e2e scripts start with the fast tier: its failure stops them at once (their pytest,
-    here a stand-in that would sleep two minutes, included), not after they end."""
+def _failing_fast_tier(tmp_path: Path, cases: str) -> tuple[subprocess.CompletedProcess, Path]:
+    """.ci/test with a stand-in pytest that takes ``cases`` (shell ``case`` branches) before
+    its default; it must fail (the fast tier's cases fail it) without waiting for stand-ins
+    that would sleep two minutes. Its result and its temporary folder."""
     _prerequisites_of("e2e-prefect")
     root, tmp, calls = _checkout(tmp_path), tmp_path / "tmp", tmp_path / "calls"
     tmp.mkdir()
-    e2e = tmp_path / "e2e-pids"
-    e2e.mkdir()
     python = root / ".venv" / "bin" / "python"
-    python.write_text(
-        FAKE_PYTHON.replace(
-            '  *"-m pytest"*)',
-            f'  *"-m e2e"*)\n    : > "{e2e}/$$"; sleep 120; exit 0 ;;\n'
-            # the fast tier fails once both e2e stand-ins run (at most 60 s later)
-            f'  *"not integration"*)\n    for i in $(seq 600); do [ "$(ls "{e2e}" | wc -l)" -ge 2 ]'
-            " && break; sleep 0.1; done; exit 1 ;;\n"
-            '  *"-m pytest"*)',
-        )
-    )
+    python.write_text(FAKE_PYTHON.replace('  *"-m pytest"*)', cases + '  *"-m pytest"*)'))
     began = time.monotonic()
     done = _script(root, "test", tmp, calls)
     assert done.returncode == 1, done.stdout + done.stderr
     assert time.monotonic() - began < 90  # the stand-ins' sleep was not waited for
+    return done, tmp
+
+
+def test_a_failing_fast_tier_stops_the_e2e_scripts_and_all_they_started(tmp_path: Path) -> None:
+    """The e2e scripts start with the fast tier: its failure stops them at once (their pytest,
+    here a stand-in that would sleep two minutes, included), not after they end."""
+    e2e = tmp_path / "e2e-pids"
+    e2e.mkdir()
+    done, tmp = _failing_fast_tier(
+        tmp_path,
+        f'  *"-m e2e"*)\n    : > "{e2e}/$$"; sleep 120; exit 0 ;;\n'
+        # the fast tier fails once both e2e stand-ins run (at most 60 s later)
+        f'  *"not integration"*)\n    for i in $(seq 600); do [ "$(ls "{e2e}" | wc -l)" -ge 2 ]'
+        " && break; sleep 0.1; done; exit 1 ;;\n",
+    )
     started = [int(path.name) for path in e2e.iterdir()]
     assert len(started) == 2, started
-    for pid in started:  # gone (or a zombie no one has reaped yet)
-        stat = Path(f"/proc/{pid}/stat")
-        assert not stat.exists() or stat.read_text().split(") ")[1].startswith("Z"), pid
+    assert all(_gone(pid) for pid in started), started
     assert "integration tier" not in done.stdout
     assert list(tmp.iterdir()) == []
 
@@ -181,34 +184,21 @@ def test_the_integration_tier_starts_once_the_install_tests_end_and_a_failing_fa
     """The integration tier starts as soon as .ci/e2e-wheel ends, while the fast tier still
     runs; the fast tier's failure then stops it at once (its pytest, a stand-in that would
     sleep two minutes, included) with the end-to-end chain."""
-    _prerequisites_of("e2e-prefect")
-    root, tmp, calls = _checkout(tmp_path), tmp_path / "tmp", tmp_path / "calls"
-    tmp.mkdir()
     started = tmp_path / "started"
     started.mkdir()
-    python = root / ".venv" / "bin" / "python"
-    python.write_text(
-        FAKE_PYTHON.replace(
-            '  *"-m pytest"*)',
-            # the install tests end at once, the end-to-end chain would run two minutes
-            '  *"test_wheel_install"*)\n    exit 0 ;;\n'
-            f'  *"-m e2e"*)\n    : > "{started}/e2e-$$"; sleep 120; exit 0 ;;\n'
-            f'  *"-m integration"*)\n    : > "{started}/integration-$$"; sleep 120; exit 0 ;;\n'
-            # the fast tier fails once the integration tier runs (at most 60 s later)
-            f'  *"not integration"*)\n    for i in $(seq 600); do ls "{started}" | grep -q'
-            " integration && break; sleep 0.1; done; exit 1 ;;\n"
-            '  *"-m pytest"*)',
-        )
+    done, tmp = _failing_fast_tier(
+        tmp_path,
+        # the install tests end at once, the end-to-end chain would run two minutes
+        '  *"test_wheel_install"*)\n    exit 0 ;;\n'
+        f'  *"-m e2e"*)\n    : > "{started}/e2e-$$"; sleep 120; exit 0 ;;\n'
+        f'  *"-m integration"*)\n    : > "{started}/integration-$$"; sleep 120; exit 0 ;;\n'
+        # the fast tier fails once the integration tier runs (at most 60 s later)
+        f'  *"not integration"*)\n    for i in $(seq 600); do ls "{started}" | grep -q'
+        " integration && break; sleep 0.1; done; exit 1 ;;\n",
     )
-    began = time.monotonic()
-    done = _script(root, "test", tmp, calls)
-    assert done.returncode == 1, done.stdout + done.stderr
-    assert time.monotonic() - began < 90  # the stand-ins' sleep was not waited for
     names = sorted(path.name.split("-")[0] for path in started.iterdir())
     assert names == ["e2e", "integration"], names
-    for path in started.iterdir():  # gone (or a zombie no one has reaped yet)
-        stat = Path(f"/proc/{path.name.split('-')[1]}/stat")
-        assert not stat.exists() or stat.read_text().split(") ")[1].startswith("Z"), path.name
+    assert all(_gone(int(path.name.split("-")[1])) for path in started.iterdir())
     out = done.stdout
     assert out.index("== integration tier (") < out.index("== fast tier: exit 1"), out
     assert "stopping the integration tier and the e2e scripts" in out, out
