@@ -24,6 +24,18 @@ TASK_RUNNER_ENV = "DAS_TASK_RUNNER"  # threads or dask: the choice by the inputs
 FLOW_RUN_ENV = "PREFECT__FLOW_RUN_ID"  # set by Prefect's worker in a deployment run's process
 
 
+def chosen_runner() -> str:
+    """``DAS_TASK_RUNNER``: ``threads``, ``dask`` or empty (by the inputs' size); any other
+    value is refused, not read as unset."""
+    chosen = os.environ.get(TASK_RUNNER_ENV, "").strip()
+    if chosen not in ("", "threads", "dask"):
+        raise ValueError(
+            f"{TASK_RUNNER_ENV}={chosen!r}: expected threads or dask "
+            "(or unset: chosen by the inputs' size)"
+        )
+    return chosen
+
+
 def local_workers(default: int = 2) -> int:
     """How many worker processes a run's own local cluster starts: ``DAS_DASK_WORKERS``, else
     ``default``. A value that is not a whole number of at least 1 is refused, not guessed."""
@@ -60,12 +72,7 @@ def task_runner_from_env(workers: int | None = None, inputs: int | None = None) 
     address = os.environ.get("DAS_DASK_ADDRESS")
     if workers is None:
         workers = local_workers()
-    chosen = os.environ.get(TASK_RUNNER_ENV, "").strip()
-    if chosen not in ("", "threads", "dask"):
-        raise ValueError(
-            f"{TASK_RUNNER_ENV}={chosen!r}: expected threads or dask "
-            "(or unset: chosen by the inputs' size)"
-        )
+    chosen = chosen_runner()
     small = chosen != "dask" and inputs is not None and inputs < IN_PROCESS_BELOW_BYTES
     if not address and (chosen == "threads" or small or not os.environ.get("PREFECT_API_URL")):
         return ThreadPoolTaskRunner(max_workers=workers)

@@ -4,6 +4,7 @@ cluster starts with the flow run, not at the first task."""
 from __future__ import annotations
 
 import os
+from pathlib import Path
 
 import pytest
 
@@ -12,6 +13,7 @@ from flows.runner import task_runner_from_env
 
 pytestmark = pytest.mark.usefixtures("prefect_server")
 
+REPO = Path(__file__).resolve().parents[1]
 IN_PROCESS = {"n_workers": 1, "threads_per_worker": 1, "processes": False}
 
 
@@ -241,3 +243,25 @@ def test_a_deployment_run_is_sized_by_its_data_parameter(
     monkeypatch.setenv("DAS_TASK_RUNNER", "thread")
     with pytest.raises(ValueError, match="DAS_TASK_RUNNER='thread'"):
         chosen(str(runs["small"].id))
+
+
+def test_das_run_refuses_an_unknown_task_runner_in_one_line(
+    monkeypatch: pytest.MonkeyPatch, tmp_path, capsys
+) -> None:
+    """`DAS_TASK_RUNNER=thread` (a typo) is refused before the run starts, in one line that
+    names the values it takes, not read as unset."""
+    from das.cli import main
+    from das.cli.run import EXIT_USAGE
+
+    monkeypatch.setenv("DAS_TASK_RUNNER", "thread")
+    monkeypatch.setenv("DAS_LOCAL_API", "temporary")
+    toy = REPO.parent / "shared" / "census_specs" / "safetab_p" / "toy" / "input_dir_zcdp"
+    code = main(["run", "safetab-p", "--config", f"{toy}/config.json", "--data", str(toy),
+                 "--output", str(tmp_path / "out"), "--seed", "1"])  # fmt: skip
+    assert code == EXIT_USAGE
+    err = capsys.readouterr().err
+    assert err.strip().splitlines()[-1] == (
+        "das run safetab-p: REFUSED — DAS_TASK_RUNNER='thread': expected threads or dask "
+        "(or unset: chosen by the inputs' size)"
+    )
+    assert "Traceback" not in err and not (tmp_path / "out").exists()

@@ -417,10 +417,11 @@ def _run(args: argparse.Namespace) -> int:
               file=sys.stderr)  # fmt: skip
         return EXIT_INFRASTRUCTURE
     from das.validation.findings import ValidationFailed
-    from flows.runner import input_bytes, local_workers, task_runner_from_env
+    from flows.runner import chosen_runner, input_bytes, local_workers, task_runner_from_env
 
     try:
         local_workers()  # (the flow modules build their runner when imported)
+        chosen_runner()
     except ValueError as exc:
         print(f"das run {product}: REFUSED — {exc}", file=sys.stderr)
         return EXIT_USAGE
