@@ -257,6 +257,32 @@ def gx_every_time(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setattr(gx_runner, "_remembered", type(gx_runner._remembered)())
 
 
+def test_a_sample_is_known_again_only_by_its_exact_values_types_and_rows() -> None:
+    """The key of a remembered GX verdict: equal samples under one suite meet, and any
+    difference of value, missing value, type, row number or rule does not."""
+    import pandas as pd
+
+    from das.validation.gx_runner import _sample_key
+
+    suite = load_suite("person-records")
+    frame = pd.DataFrame({"QAGE": ["7", "", "42"]}, dtype=object)
+
+    def key(sample: pd.DataFrame, rules=suite) -> str:
+        return _sample_key([(rules, sample)], docs=True)
+
+    assert key(frame) == key(frame.copy())
+    others = [
+        frame.assign(QAGE=["7", "", "43"]),
+        frame.assign(QAGE=["7", None, "42"]),
+        frame.assign(QAGE=[7, "", "42"]),
+        frame.set_axis([1, 2, 3]),
+    ]
+    assert len({key(frame), *map(key, others)}) == 5
+    other_rules = load_suite("GRF-C")
+    assert key(frame, other_rules) != key(frame)
+    assert _sample_key([(suite, frame)], docs=False) != key(frame)
+
+
 @pytest.mark.slow
 def test_the_same_samples_again_reuse_the_verdicts_and_pages(inputs, tmp_path, monkeypatch):
     """A second validation of the same records in one process gives the first one's GX

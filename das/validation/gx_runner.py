@@ -172,8 +172,8 @@ _remembered_lock = threading.Lock()  # validations may run on several threads of
 
 
 def _sample_key(batches: list[tuple[Suite, pd.DataFrame]], docs: bool) -> str:
-    """What decides GX's verdicts and pages: its version, each suite's rules, each sample's
-    columns, types, row numbers and values, and whether Data Docs are made."""
+    """What decides GX's verdicts and pages, in a SHA-256: its version, each suite's rules,
+    each sample's columns, types, row numbers and values, and whether Data Docs are made."""
     from importlib.metadata import version
 
     digest = hashlib.sha256(json.dumps([version("great_expectations"), docs]).encode())
@@ -186,7 +186,13 @@ def _sample_key(batches: list[tuple[Suite, pd.DataFrame]], docs: bool) -> str:
         ]
         digest.update(json.dumps(shape, sort_keys=True, default=str).encode())
         digest.update(len(frame).to_bytes(8, "little"))
-        digest.update(pd.util.hash_pandas_object(frame, index=True).to_numpy().tobytes())
+        # Every value itself, not pandas' 64-bit row hashes (whose key is public: a sample made
+        # to collide with an earlier one would get its verdict), which are missing, and in an
+        # object column each value's type (an int and its digits write alike in CSV).
+        digest.update(frame.to_csv(index=True).encode("utf-8", "surrogatepass"))
+        digest.update(frame.isna().to_numpy().tobytes())
+        mixed = frame[[column for column in frame.columns if frame[column].dtype == object]]
+        digest.update(mixed.map(lambda value: type(value).__name__).to_csv().encode())
     return digest.hexdigest()
 
 
